@@ -1,0 +1,52 @@
+"""ApiFunction entry point: the headwater ASGI app behind Mangum (BUFFERED function URL).
+
+Thin by design. The app object is built at import (that is the cold start), but
+create_app() makes no AWS call and creates no client: settings are read here, while the
+clients, the engine and the API keys (from the SSM parameter / secret named by
+HEADWATER_API_KEYS_PARAMETER) are built on the first request that needs them. Mangum
+buffers whole responses, so SSE and long-poll belong to StreamFunction.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from mangum import Mangum
+
+from headwater.http.app import create_app
+
+logger = Logger()
+metrics = Metrics()
+
+# lifespan "off": Mangum would run the app's startup and shutdown around every invocation;
+# the app initialises lazily instead and lives as long as the execution environment.
+asgi = Mangum(create_app(), lifespan="off")
+
+_cold_start = True
+
+
+@logger.inject_lambda_context(
+    correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True
+)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    global _cold_start
+    if _cold_start:
+        _cold_start = False
+        # Emitted as its own EMF blob at once, so warm invocations never flush an empty
+        # metric set (function URL metrics already count requests and 4xx/5xx).
+        metrics.provider.add_cold_start_metric(context)
+    started = time.perf_counter()
+    response = asgi(event, context)
+    http = event.get("requestContext", {}).get("http", {})
+    logger.info(
+        "request",
+        method=http.get("method"),
+        path=event.get("rawPath"),
+        status=response.get("statusCode"),
+        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+    )
+    return response

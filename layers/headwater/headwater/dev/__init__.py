@@ -1,0 +1,1 @@
+"""Local development: the embedded AWS emulator and the `make run` entry point."""

@@ -1,0 +1,91 @@
+"""A moto server on loopback, run as a child process (so several servers and tests can share
+it, and it never competes with the app for the GIL)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from types import TracebackType
+
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+}
+
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def external_endpoint_configured(env: dict[str, str] | None = None) -> bool:
+    e = os.environ if env is None else env
+    return any(e.get(v) for v in ENDPOINT_VARS)
+
+
+class MotoServer:
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> MotoServer:
+        env = {**os.environ, **FAKE_CREDENTIALS}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with {self._proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
+                    return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"moto server did not start on {self.url}")
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5)
+        self._proc = None
+
+    def reset(self) -> None:
+        req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+    def env(self) -> dict[str, str]:
+        return {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": self.url}
+
+    def __enter__(self) -> MotoServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""The log engine: topics, append with group commit, diff reads, record deletes."""

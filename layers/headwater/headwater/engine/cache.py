@@ -1,0 +1,77 @@
+"""In-process cache of decoded frames. Frames are immutable except for their deleted-seq set,
+and every record delete bumps the head's del_ver, so a cached frame is valid exactly while
+the head's del_ver equals the one it was cached under."""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from headwater.engine.records import Frame
+
+
+@dataclass(slots=True)
+class _TopicFrames:
+    keys: list[int] = field(default_factory=list)  # sorted frame last_seqs
+    frames: dict[int, tuple[Frame, int]] = field(default_factory=dict)
+
+
+class FrameCache:
+    def __init__(self, max_bytes: int) -> None:
+        self._max = max_bytes
+        self._bytes = 0
+        self._topics: dict[str, _TopicFrames] = {}
+        self._lru: OrderedDict[tuple[str, int], int] = OrderedDict()
+
+    @staticmethod
+    def _cost(frame: Frame) -> int:
+        # Decoded Python objects cost a few times their encoded size.
+        return frame.payload_bytes * 3 + 256 * len(frame.records)
+
+    def put(self, log_key: str, frame: Frame, del_ver: int) -> None:
+        if self._max <= 0:
+            return
+        t = self._topics.setdefault(log_key, _TopicFrames())
+        if frame.last_seq in t.frames:
+            self._bytes -= self._lru.pop((log_key, frame.last_seq), 0)
+        else:
+            bisect.insort(t.keys, frame.last_seq)
+        t.frames[frame.last_seq] = (frame, del_ver)
+        cost = self._cost(frame)
+        self._lru[(log_key, frame.last_seq)] = cost
+        self._bytes += cost
+        while self._bytes > self._max and self._lru:
+            (k, seq), c = self._lru.popitem(last=False)
+            self._bytes -= c
+            tf = self._topics.get(k)
+            if tf is not None and seq in tf.frames:
+                del tf.frames[seq]
+                tf.keys.pop(bisect.bisect_left(tf.keys, seq))
+                if not tf.keys:
+                    del self._topics[k]
+
+    def run(self, log_key: str, after_seq: int, del_ver: int) -> list[Frame]:
+        """Cached frames that contiguously cover seqs after `after_seq`, valid for del_ver."""
+        t = self._topics.get(log_key)
+        if t is None:
+            return []
+        out: list[Frame] = []
+        i = bisect.bisect_right(t.keys, after_seq)
+        expect = after_seq + 1
+        while i < len(t.keys):
+            frame, ver = t.frames[t.keys[i]]
+            if ver != del_ver or frame.first_seq > expect:
+                break
+            out.append(frame)
+            self._lru.move_to_end((log_key, frame.last_seq))
+            expect = frame.last_seq + 1
+            i += 1
+        return out
+
+    def drop_topic(self, log_key: str) -> None:
+        t = self._topics.pop(log_key, None)
+        if t is None:
+            return
+        for seq in t.keys:
+            self._bytes -= self._lru.pop((log_key, seq), 0)

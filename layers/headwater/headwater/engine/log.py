@@ -1,0 +1,667 @@
+"""The log engine: append (group commit), diff (with long-poll), record delete, and topic
+lifecycle, over the heads / log-tail / blob ports. Blocking storage calls run on a private
+thread pool so the event loop keeps serving while DynamoDB answers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from headwater.engine import config as topic_config
+from headwater.engine.cache import FrameCache
+from headwater.engine.notifier import Notifier
+from headwater.engine.records import Frame, NewRecord, StoredRecord, encode_records
+from headwater.engine.values import (
+    AppendRequest,
+    AppendResult,
+    DeleteResult,
+    DiffRequest,
+    DiffResult,
+    TagMatch,
+    TopicPage,
+)
+from headwater.errors import (
+    HeadwaterError,
+    InvalidRequest,
+    StorageUnavailable,
+    TopicExistsIncompatible,
+    TopicFull,
+    TopicNotEmpty,
+    TopicNotFound,
+)
+from headwater.names import object_key_component
+from headwater.settings import Settings
+from headwater.storage.ports import (
+    AppendCommit,
+    AppendRejected,
+    BlobStore,
+    DeleteCommit,
+    FrameDelete,
+    Head,
+    HeadStore,
+    IdemEntry,
+    IdemHit,
+    LogTailStore,
+    TagEntry,
+)
+from headwater.storage.schema import SPILL_PREFIX
+
+T = TypeVar("T")
+MAX_TXN_ITEMS = 100
+MAX_ATTEMPTS = 200
+TOUCH_INTERVAL_MS = 1000
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Pending:
+    req: AppendRequest
+    future: asyncio.Future[AppendResult]
+    n: int
+
+
+@dataclass(slots=True)
+class _Writer:
+    queue: deque[_Pending] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+
+
+class LogEngine:
+    def __init__(
+        self,
+        heads: HeadStore,
+        tail: LogTailStore,
+        blobs: BlobStore,
+        settings: Settings,
+        clock: Callable[[], int] = wall_ms,
+    ) -> None:
+        self.heads = heads
+        self.tail = tail
+        self.blobs = blobs
+        self.settings = settings
+        self.clock = clock
+        self.cache = FrameCache(settings.frame_cache_bytes)
+        self.notifier = Notifier()
+        self._writers: dict[str, _Writer] = {}
+        self._head_cache: dict[str, Head] = {}
+        self._touched: dict[str, int] = {}
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="headwater-io")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    # --- topics -------------------------------------------------------------------------
+    async def put_topic(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
+        return await self._io(self._put_topic_sync, topic, patch)
+
+    def _put_topic_sync(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
+        for _ in range(MAX_ATTEMPTS):
+            head = self.heads.get(topic)
+            if head is None or head.deleted:
+                new = self._fresh_head(topic, head, topic_config.resolve(patch))
+                if self.heads.create(new, replacing=head):
+                    return new, True
+                continue
+            if "type" in patch and patch["type"] != head.config.get("type", "log"):
+                raise TopicExistsIncompatible(
+                    f"topic {topic!r} is a {head.config.get('type', 'log')}; type is immutable",
+                    detail={"topic": topic, "field": "type"},
+                )
+            merged = topic_config.resolve(patch, base=head.config)
+            if merged == head.config:
+                return head, False
+            if self.heads.put_config(head, merged):
+                self._head_cache.pop(topic, None)
+                return dataclasses.replace(head, config=merged), False
+        raise StorageUnavailable("topic configure kept conflicting; retry")
+
+    def _fresh_head(self, topic: str, old: Head | None, cfg: dict[str, Any]) -> Head:
+        epoch = old.epoch + 1 if old is not None else 1
+        return Head(topic=topic, epoch=epoch, config=cfg, created_ms=self.clock())
+
+    async def get_topic(self, topic: str, *, touch: bool) -> Head:
+        head = await self._io(self.heads.get, topic)
+        if head is None or head.deleted:
+            raise TopicNotFound(topic)
+        if touch:
+            head = await self._touch(head)
+        return head
+
+    async def _touch(self, head: Head) -> Head:
+        now = self.clock()
+        # Recency clocks are advisory: write at most once a second per topic per process.
+        if now - self._touched.get(head.topic, 0) >= TOUCH_INTERVAL_MS:
+            self._touched[head.topic] = now
+            await self._io(self.heads.touch_read, head, now)
+            return dataclasses.replace(head, last_read_ts=now)
+        return head
+
+    async def list_topics(
+        self, prefixes: list[str], after: str | None, limit: int
+    ) -> TopicPage:
+        def run() -> TopicPage:
+            merged: list[Head] = []
+            for p in prefixes:
+                merged.extend(self.heads.list_live(p, after, limit + 1))
+            merged.sort(key=lambda h: h.topic)
+            page = merged[: limit + 1]
+            more = len(page) > limit
+            page = page[:limit]
+            return TopicPage(page, page[-1].topic if more and page else None)
+
+        return await self._io(run)
+
+    async def delete_topic(self, topic: str, *, if_empty: bool) -> bool:
+        def run() -> bool:
+            for _ in range(MAX_ATTEMPTS):
+                head = self.heads.get(topic)
+                if head is None or head.deleted:
+                    return False
+                if if_empty and head.count > 0:
+                    raise TopicNotEmpty(
+                        f"topic {topic!r} has {head.count} records",
+                        detail={"topic": topic, "count": head.count},
+                    )
+                if self.heads.mark_deleted(head, if_empty=if_empty):
+                    self._head_cache.pop(topic, None)
+                    self.cache.drop_topic(head.log_key)
+                    return True
+            raise StorageUnavailable("topic delete kept conflicting; retry")
+
+        deleted = await self._io(run)
+        self.notifier.notify(topic)
+        return deleted
+
+    # --- append (group commit) ----------------------------------------------------------
+    async def append(self, topic: str, req: AppendRequest) -> AppendResult:
+        loop = asyncio.get_running_loop()
+        pending = _Pending(req, loop.create_future(), len(req.records))
+        writer = self._writers.setdefault(topic, _Writer())
+        writer.queue.append(pending)
+        if writer.task is None or writer.task.done():
+            writer.task = loop.create_task(self._drain(topic, writer))
+        return await pending.future
+
+    async def _drain(self, topic: str, writer: _Writer) -> None:
+        limit = self.settings.group_commit_max_records
+        while writer.queue:
+            group: list[_Pending] = [writer.queue.popleft()]
+            total = group[0].n
+            while writer.queue and total + writer.queue[0].n <= limit and len(group) < 64:
+                p = writer.queue.popleft()
+                group.append(p)
+                total += p.n
+            try:
+                results = await self._io(self._commit_group, topic, [p.req for p in group])
+            except BaseException as exc:  # every waiter learns of the failure
+                for p in group:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for p, r in zip(group, results, strict=True):
+                if p.future.done():
+                    continue
+                if isinstance(r, BaseException):
+                    p.future.set_exception(r)
+                else:
+                    p.future.set_result(r)
+            self.notifier.notify(topic)
+        if writer.task is asyncio.current_task() and not writer.queue:
+            self._writers.pop(topic, None)
+
+    def _commit_group(
+        self, topic: str, reqs: list[AppendRequest]
+    ) -> list[AppendResult | HeadwaterError]:
+        results: list[AppendResult | HeadwaterError | None] = [None] * len(reqs)
+        head = self._head_cache.get(topic)
+        if head is None:
+            head = self.heads.get(topic)
+        for _ in range(MAX_ATTEMPTS):
+            live = [i for i, r in enumerate(results) if r is None]
+            if not live:
+                break
+            outcome = self._try_commit(topic, head, reqs, live, results)
+            if outcome is None:
+                break
+            head = outcome
+        else:
+            raise StorageUnavailable("append kept conflicting; retry", headers={"Retry-After": "1"})
+        return [r for r in results if r is not None]
+
+    def _try_commit(
+        self,
+        topic: str,
+        head: Head | None,
+        reqs: list[AppendRequest],
+        live: list[int],
+        results: list[AppendResult | HeadwaterError | None],
+    ) -> Head | None:
+        """One attempt. Fills `results` for requests it settles; returns None when done, or
+        a fresh head to retry the remaining requests with."""
+        now = self.clock()
+        creating = head is None or head.deleted
+        creator: int | None = None
+        if creating:
+            for i in live:
+                if reqs[i].create is False:
+                    results[i] = TopicNotFound(topic)
+            live = [i for i in live if results[i] is None]
+            if not live:
+                return None
+            creator = live[0]
+            cfg = topic_config.resolve(reqs[creator].config or {})
+            base = self._fresh_head(topic, head, cfg)
+        else:
+            assert head is not None
+            base = head
+        cfg = base.config
+        epoch = base.epoch
+
+        # discard:"reject" caps: admit requests in order while they fit, reject the rest.
+        cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
+        reject = cfg.get("discard") == "reject" and (cap_n > 0 or cap_b > 0)
+        count, nbytes = base.count, base.bytes
+        admitted: list[int] = []
+        seen_keys: dict[str, int] = {}
+        window = int(cfg.get("idempotency_window_ms", 120_000))
+        for i in live:
+            r = reqs[i]
+            key = r.idempotency_key if window > 0 else None
+            if key is not None and key in seen_keys:
+                continue  # same key twice in one group: settled from the first below
+            n, b = len(r.records), sum(rec.size for rec in r.records)
+            if reject and (
+                (cap_n > 0 and count + n > cap_n) or (cap_b > 0 and nbytes + b > cap_b)
+            ):
+                results[i] = TopicFull(
+                    f"topic {topic!r} is full (discard: reject)",
+                    detail={"topic": topic, "cap_records": cap_n, "cap_bytes": cap_b},
+                )
+                continue
+            count, nbytes = count + n, nbytes + b
+            admitted.append(i)
+            if key is not None:
+                seen_keys[key] = i
+        if not admitted:
+            self._settle_duplicates(reqs, live, results, seen_keys, base)
+            return None
+
+        first = base.head_seq + 1
+        seq = first
+        records: list[NewRecord] = []
+        spans: dict[int, tuple[int, int]] = {}
+        for i in admitted:
+            n = len(reqs[i].records)
+            spans[i] = (seq, seq + n - 1)
+            records.extend(reqs[i].records)
+            seq += n
+        last = seq - 1
+        payload = sum(r.size for r in records)
+        blob = encode_records(records)
+        spill_key: str | None = None
+        if len(blob) > self.settings.spill_threshold_bytes:
+            spill_key = (
+                f"{SPILL_PREFIX}{object_key_component(topic)}/{epoch}/{last}-{uuid.uuid4().hex}"
+            )
+            self.blobs.put(spill_key, blob)
+
+        tags: dict[str, list[int]] = {}
+        for offset, rec in enumerate(records):
+            if rec.tag is not None:
+                tags.setdefault(rec.tag, []).append(first + offset)
+        entries = [TagEntry(t, last, tuple(s)) for t, s in tags.items()]
+        idem = [
+            IdemEntry(reqs[i].idempotency_key, *spans[i], now + window)  # type: ignore[arg-type]
+            for i in admitted
+            if reqs[i].idempotency_key is not None and window > 0
+        ]
+        inline_tags = len(entries) + len(idem) + 2 <= MAX_TXN_ITEMS
+        if len(idem) + 2 > MAX_TXN_ITEMS:
+            raise InvalidRequest("too many idempotent writes in one group")
+
+        new_head: Head | None = None
+        if creating:
+            new_head = dataclasses.replace(
+                base,
+                head_seq=last,
+                earliest_seq=1,
+                count=last - first + 1,
+                bytes=payload,
+                last_write_ts=now,
+                tag_pending={} if inline_tags or not entries else {last: first},
+            )
+        max_count = max_bytes = None
+        if reject and not creating:
+            added_n = last - first + 1
+            max_count = cap_n - added_n if cap_n > 0 else None
+            max_bytes = cap_b - payload if cap_b > 0 else None
+        commit = AppendCommit(
+            topic=topic,
+            expected=head,
+            new_head=new_head,
+            first_seq=first,
+            last_seq=last,
+            ts=now,
+            blob=None if spill_key else blob,
+            spill_key=spill_key,
+            payload_bytes=payload,
+            tag_entries=entries if inline_tags else [],
+            tag_pending=bool(entries) and not inline_tags and not creating,
+            idem=idem,
+            max_count=max_count,
+            max_bytes=max_bytes,
+        )
+        try:
+            self.tail.commit_append(commit)
+        except AppendRejected as rej:
+            if spill_key:
+                self.blobs.delete_many([spill_key])
+            for i in admitted:
+                key = reqs[i].idempotency_key
+                if key is not None and key in rej.idem_hits:
+                    hit = rej.idem_hits[key] or self.tail.get_idempotency(base, key, now)
+                    if hit is not None:
+                        results[i] = AppendResult(
+                            hit.first_seq, hit.last_seq, base.head_seq, False, True
+                        )
+            self._head_cache.pop(topic, None)
+            if rej.head_conflict or not rej.idem_hits:
+                return self.heads.get(topic)
+            return head
+        # Committed.
+        committed = new_head or dataclasses.replace(
+            base,
+            head_seq=last,
+            count=base.count + (last - first + 1),
+            bytes=base.bytes + payload,
+            last_write_ts=now,
+        )
+        self._head_cache[topic] = committed
+        frame = Frame(
+            first_seq=first,
+            last_seq=last,
+            ts=now,
+            records=[
+                StoredRecord(first + k, now, r.data, r.node, r.tag, r.meta, r.size)
+                for k, r in enumerate(records)
+            ],
+            payload_bytes=payload,
+        )
+        self.cache.put(committed.log_key, frame, committed.del_ver)
+        for i in admitted:
+            results[i] = AppendResult(*spans[i], last, creating and i == creator, False)
+        self._settle_duplicates(reqs, live, results, seen_keys, committed)
+        if entries and not inline_tags:
+            self.tail.write_tag_entries(committed, entries)
+            self.heads.clear_tag_pending(committed, last)
+        return None
+
+    @staticmethod
+    def _settle_duplicates(
+        reqs: list[AppendRequest],
+        live: list[int],
+        results: list[AppendResult | HeadwaterError | None],
+        seen_keys: dict[str, int],
+        head: Head,
+    ) -> None:
+        for i in live:
+            key = reqs[i].idempotency_key
+            if results[i] is None and key is not None and key in seen_keys:
+                orig = results[seen_keys[key]]
+                if isinstance(orig, AppendResult):
+                    results[i] = AppendResult(
+                        orig.first_seq, orig.last_seq, head.head_seq, False, True
+                    )
+                elif orig is not None:
+                    results[i] = orig
+
+    # --- diff ---------------------------------------------------------------------------
+    async def diff(self, topic: str, req: DiffRequest) -> DiffResult:
+        result = await self._io(self._diff_sync, topic, req)
+        if req.wait_ms <= 0 or result.records or not result.caught_up:
+            await self._touch(result.head)
+            return result
+        deadline = time.monotonic() + req.wait_ms / 1000
+        start = result.next_from_seq
+        poll = 0.025
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return result
+            woke = await self.notifier.wait(topic, min(poll, remaining))
+            if not woke:
+                # Another process may have appended: a cheap eventually consistent head read.
+                head = await self._io(lambda: self.heads.get(topic, consistent=False))
+                poll = min(poll * 2, self.settings.poll_interval_ms / 1000)
+                if head is None or head.deleted or head.head_seq <= start:
+                    continue
+            req2 = dataclasses.replace(req, from_seq=start, wait_ms=0)
+            result = await self._io(self._diff_sync, topic, req2)
+            if result.records or not result.caught_up:
+                return result
+            start = result.next_from_seq
+
+    def _diff_sync(self, topic: str, req: DiffRequest) -> DiffResult:
+        head = self.heads.get(topic)
+        if head is None or head.deleted:
+            raise TopicNotFound(topic)
+        start = max(req.from_seq, head.earliest_seq - 1)
+        if start >= head.head_seq:
+            return DiffResult([], max(req.from_seq, head.head_seq), head, 0)
+        frames = self._frames_after(head, start, req.limit)
+        nodes = req.nodes if head.config.get("dedupe_node", True) else frozenset()
+        ttl = int(head.config.get("ttl_ms", 0))
+        expired_before = self.clock() - ttl if ttl > 0 else 0
+        out: list[dict[str, Any]] = []
+        budget = req.max_bytes
+        scan_cap = max(req.limit * 8, 1024)
+        scanned = 0
+        last_examined = start
+        done = False
+        for frame in frames:
+            for rec in frame.records:
+                if rec.seq <= start:
+                    continue
+                if rec.seq > head.head_seq:
+                    done = True
+                    break
+                if out and (len(out) >= req.limit or rec.size > budget or scanned >= scan_cap):
+                    done = True
+                    break
+                scanned += 1
+                last_examined = rec.seq
+                if rec.seq in frame.deleted or rec.seq < head.earliest_seq:
+                    continue
+                if rec.node is not None and rec.node in nodes:
+                    continue
+                if rec.ts < expired_before:
+                    continue
+                out.append(render_record(rec, req.include_tags, req.include_meta))
+                budget -= rec.size
+            if done:
+                break
+        return DiffResult(out, last_examined, head, scanned)
+
+    def _frames_after(self, head: Head, start: int, want: int) -> list[Frame]:
+        frames = self.cache.run(head.log_key, start, head.del_ver)
+        covered = frames[-1].last_seq if frames else start
+        have = covered - start
+        if covered < head.head_seq and have < want:
+            fetched = self.tail.read_frames(head, covered, head.head_seq, want - have)
+            for f in fetched:
+                self.cache.put(head.log_key, f, head.del_ver)
+            frames = frames + [f for f in fetched if f.last_seq > covered]
+        return frames
+
+    # --- record delete ------------------------------------------------------------------
+    async def delete_records(
+        self, topic: str, before_seq: int | None, match: TagMatch | None
+    ) -> DeleteResult:
+        result = await self._io(self._delete_sync, topic, before_seq, match)
+        self.notifier.notify(topic)
+        return result
+
+    def _delete_sync(
+        self, topic: str, before_seq: int | None, match: TagMatch | None
+    ) -> DeleteResult:
+        for _ in range(MAX_ATTEMPTS):
+            head = self.heads.get(topic)
+            if head is None or head.deleted:
+                raise TopicNotFound(topic)
+            self._head_cache.pop(topic, None)
+            bound = head.head_seq + 1
+            upper = bound if before_seq is None else min(bound, before_seq)
+            if match is None:
+                outcome = self._delete_prefix(head, upper)
+            else:
+                outcome = self._delete_tagged(head, upper, match)
+            if outcome is not None:
+                deleted, after = outcome
+                return DeleteResult(deleted, after)
+        raise StorageUnavailable("delete kept conflicting; retry")
+
+    def _delete_prefix(self, head: Head, upper: int) -> tuple[int, Head] | None:
+        if upper <= head.earliest_seq:
+            return 0, head
+        count = nbytes = 0
+        frames = self.tail.read_frames(head, head.earliest_seq - 1, upper - 1, 1 << 62)
+        for f in frames:
+            for rec in f.records:
+                if head.earliest_seq <= rec.seq < upper and rec.seq not in f.deleted:
+                    count += 1
+                    nbytes += rec.size
+        new_es = self._first_live(head, upper, frames)
+        ok = self.tail.commit_delete(
+            DeleteCommit(head.topic, head.epoch, head.del_ver, [], count, nbytes, new_es)
+        )
+        if not ok:
+            return None
+        return count, self._after_delete(head, count, nbytes, new_es)
+
+    def _delete_tagged(self, head: Head, upper: int, match: TagMatch) -> tuple[int, Head] | None:
+        self._complete_tag_index(head)
+        entries = self.tail.tag_lookup(head, match.value, match.prefix)
+        wanted: dict[int, list[int]] = {}
+        for e in entries:
+            seqs = [s for s in e.seqs if head.earliest_seq <= s < upper]
+            if seqs:
+                wanted.setdefault(e.frame_last_seq, []).extend(seqs)
+        if not wanted:
+            return 0, head
+        frames = self.tail.get_frames(head, list(wanted))
+        deletes: list[FrameDelete] = []
+        count = nbytes = 0
+        for last, seqs in sorted(wanted.items()):
+            frame = frames.get(last)
+            if frame is None:
+                continue
+            fresh = sorted(s for s in set(seqs) if s not in frame.deleted)
+            if not fresh:
+                continue
+            size = sum(frame.records[s - frame.first_seq].size for s in fresh)
+            deletes.append(FrameDelete(last, tuple(fresh), size, frame.deleted_count))
+            count += len(fresh)
+            nbytes += size
+        if not deletes:
+            return 0, head
+        # A transaction holds at most 100 items: big deletes commit in chunks, each atomic
+        # with its head counters; the floor moves once at the end.
+        cur = head
+        chunk_size = MAX_TXN_ITEMS - 1
+        for i in range(0, len(deletes), chunk_size):
+            chunk = deletes[i : i + chunk_size]
+            c_n = sum(len(d.seqs) for d in chunk)
+            c_b = sum(d.bytes for d in chunk)
+            ok = self.tail.commit_delete(
+                DeleteCommit(cur.topic, cur.epoch, cur.del_ver, chunk, c_n, c_b, None)
+            )
+            if not ok:
+                return None if i == 0 else (sum(len(d.seqs) for d in deletes[:i]), cur)
+            cur = self._after_delete(cur, c_n, c_b, None)
+        new_es = self._first_live(cur, cur.earliest_seq, None)
+        if new_es != cur.earliest_seq:
+            while not self.tail.commit_delete(
+                DeleteCommit(cur.topic, cur.epoch, cur.del_ver, [], 0, 0, new_es)
+            ):
+                fresh_head = self.heads.get(cur.topic)
+                if fresh_head is None or fresh_head.deleted:
+                    break
+                cur = fresh_head
+                new_es = self._first_live(cur, cur.earliest_seq, None)
+            cur = dataclasses.replace(cur, earliest_seq=new_es, del_ver=cur.del_ver + 1)
+        return count, cur
+
+    def _first_live(self, head: Head, start: int, frames: list[Frame] | None) -> int:
+        """First seq >= start that is not deleted (head_seq + 1 if none)."""
+        seq = start
+        cached = frames or []
+        while seq <= head.head_seq:
+            run = [f for f in cached if f.last_seq >= seq]
+            if not run or run[0].first_seq > seq:
+                run = self.tail.read_frames(head, seq - 1, head.head_seq, 1024)
+            if not run:
+                break
+            for f in run:
+                for rec in f.records:
+                    if rec.seq < seq:
+                        continue
+                    if rec.seq not in f.deleted:
+                        return rec.seq
+                    seq = rec.seq + 1
+            cached = []
+        return head.head_seq + 1
+
+    @staticmethod
+    def _after_delete(head: Head, count: int, nbytes: int, new_es: int | None) -> Head:
+        return dataclasses.replace(
+            head,
+            count=head.count - count,
+            bytes=head.bytes - nbytes,
+            earliest_seq=new_es if new_es is not None else head.earliest_seq,
+            del_ver=head.del_ver + 1,
+        )
+
+    def _complete_tag_index(self, head: Head) -> None:
+        """Index frames whose tag entries did not fit their commit (or whose writer died
+        between commit and indexing). Idempotent."""
+        if not head.tag_pending:
+            return
+        frames = self.tail.get_frames(head, list(head.tag_pending))
+        for last, frame in frames.items():
+            tags: dict[str, list[int]] = {}
+            for rec in frame.records:
+                if rec.tag is not None:
+                    tags.setdefault(rec.tag, []).append(rec.seq)
+            self.tail.write_tag_entries(head, [TagEntry(t, last, tuple(s)) for t, s in tags.items()])
+            self.heads.clear_tag_pending(head, last)
+
+
+def render_record(rec: StoredRecord, include_tags: bool, include_meta: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"$seq": rec.seq, "$ts": rec.ts}
+    if rec.node is not None:
+        out["$node"] = rec.node
+    if include_tags and rec.tag is not None:
+        out["$tag"] = rec.tag
+    out["data"] = rec.data
+    if include_meta and rec.meta is not None:
+        out["meta"] = rec.meta
+    return out
+
+
+def idem_hit_result(hit: IdemHit, head: Head) -> AppendResult:
+    return AppendResult(hit.first_seq, hit.last_seq, head.head_seq, False, True)

@@ -1,0 +1,1 @@
+"""HTTP surfaces over the engine. create_app() in app.py builds the one ASGI app."""

@@ -1,0 +1,67 @@
+"""create_app(): the one ASGI app. Mangum wraps it on the REST Lambda, uvicorn serves it
+behind the Lambda Web Adapter on the streaming Lambda, and locally."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.gzip import GZipMiddleware
+
+from headwater import __version__
+from headwater.http import errors, probes, v0
+from headwater.http.auth import KeyStore
+from headwater.http.responses import TimingMiddleware
+from headwater.services import LazyServices
+from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
+from headwater.storage.clients import AwsClients
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings | None = None,
+    clients: AwsClients | None = None,
+) -> FastAPI:
+    settings = settings or Settings.from_env()
+    parameter_name = os.environ.get(ENV_API_KEYS_PARAMETER) or None
+    # Plain keys are parsed now, so a malformed entry refuses to start (fail-closed).
+    keys = KeyStore.parse(settings.api_keys_raw) if settings.api_keys_raw else None
+    if keys is None and parameter_name is None:
+        keys = KeyStore([])
+    settings.check_bind(has_keys=bool(parameter_name) or (keys is not None and keys.enabled))
+    lazy = LazyServices(settings, clients, keys, parameter_name)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        built = lazy.built
+        if built is not None:
+            built.shutting_down = True
+            built.engine.close()
+
+    app = FastAPI(
+        title="Headwater",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.services = lazy
+    errors.install(app)
+    app.include_router(probes.router)
+    app.include_router(v0.router)
+    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=["*"],
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["*"],
+    )
+    app.add_middleware(TimingMiddleware)
+    return app

@@ -1,0 +1,79 @@
+"""Request-body handling shared by the JSON routes: size cap before parsing (413), gzip,
+Content-Type (415), and strict JSON (400)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from typing import Any
+
+from starlette.requests import Request
+
+from headwater.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def loads_strict(raw: bytes | str) -> Any:
+    return json.loads(raw, parse_constant=_reject_constant, parse_float=_parse_float)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(
+            f"request body exceeds {max_bytes} bytes", detail={"max_bytes": max_bytes}
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLarge(
+                f"request body exceeds {max_bytes} bytes", detail={"max_bytes": max_bytes}
+            )
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        try:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            body = d.decompress(body, max_bytes + 1)
+            if len(body) > max_bytes or d.unconsumed_tail:
+                raise PayloadTooLarge(
+                    f"decompressed body exceeds {max_bytes} bytes",
+                    detail={"max_bytes": max_bytes},
+                )
+        except (OSError, zlib.error, gzip.BadGzipFile) as exc:
+            raise InvalidRequest("body is not valid gzip") from exc
+    elif encoding not in ("identity", ""):
+        raise UnsupportedMediaType(f"unsupported Content-Encoding {encoding!r}")
+    return body
+
+
+async def read_json(request: Request, max_bytes: int, *, required: bool = True) -> Any:
+    body = await read_body(request, max_bytes)
+    ctype = request.headers.get("content-type", "")
+    if not body and not required:
+        return {}
+    if ctype.split(";")[0].strip().lower() != "application/json":
+        raise UnsupportedMediaType(
+            "Content-Type must be application/json", detail={"content_type": ctype}
+        )
+    if not body:
+        raise InvalidRequest("request body is empty; expected a JSON object")
+    try:
+        return loads_strict(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"malformed JSON: {exc}") from exc

@@ -1,0 +1,131 @@
+"""Probes (spec §8): liveness, readiness, and metrics in Prometheus text or JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from headwater import __version__
+from headwater.errors import HeadwaterError, NotReady
+from headwater.http.responses import json_response
+from headwater.http.v0 import authorize, services
+
+router = APIRouter()
+PER_TOPIC_LIMIT = 1000
+
+
+def _probe_auth(request: Request) -> None:
+    svc = services(request)
+    if svc.settings.probe_auth:
+        authorize(request, svc)
+
+
+@router.get("/v0/health")
+@router.get("/healthz")
+@router.get("/health")
+async def health(request: Request) -> Response:
+    _probe_auth(request)
+    svc = services(request)
+    return json_response(
+        request, {"status": "ok", "version": __version__, "uptime_ms": svc.uptime_ms()}
+    )
+
+
+@router.get("/v0/ready")
+@router.get("/readyz")
+async def ready(request: Request) -> Response:
+    _probe_auth(request)
+    svc = services(request)
+    if svc.shutting_down:
+        raise HeadwaterError(
+            "shutting down", status=503, code="shutting_down", headers={"Retry-After": "5"}
+        )
+    try:
+        page = await svc.engine.list_topics([""], None, PER_TOPIC_LIMIT)
+    except HeadwaterError as exc:
+        raise NotReady(
+            "storage is not reachable", detail={"replay_progress": 0.0}, headers={"Retry-After": "5"}
+        ) from exc
+    return json_response(
+        request, {"status": "ready", "wal_replay_complete": True, "topics": len(page.heads)}
+    )
+
+
+async def _snapshot(request: Request) -> tuple[dict[str, float], list[tuple[str, dict[str, int]]], bool]:
+    svc = services(request)
+    page = await svc.engine.list_topics([""], None, PER_TOPIC_LIMIT)
+    heads = page.heads
+    by_class: dict[str, int] = {}
+    for h in heads:
+        cls = str(h.config.get("durability", "disk"))
+        by_class[cls] = by_class.get(cls, 0) + 1
+    gauges: dict[str, float] = {
+        "topics_topics": len(heads),
+        "topics_routers": 0,
+        "topics_records_live": sum(h.count for h in heads),
+        "topics_bytes_live": sum(h.bytes for h in heads),
+        "topics_queue_topics": sum(1 for h in heads if h.config.get("type") == "queue"),
+        "topics_queue_leases_in_flight": 0,
+        "topics_sse_connections": 0,
+        "topics_watch_sessions": 0,
+        "topics_ready": 0 if svc.shutting_down else 1,
+        "topics_recovery_progress": 1.0,
+        "topics_uptime_ms": svc.uptime_ms(),
+        "topics_topic_metrics_truncated": 1 if page.next_after else 0,
+    }
+    for cls, n in sorted(by_class.items()):
+        gauges[f'topics_topics_by_class{{class="{cls}"}}'] = n
+    per_topic = [
+        (
+            h.topic,
+            {
+                "head_seq": h.head_seq,
+                "earliest_seq": h.earliest_seq if h.count else h.head_seq + 1,
+                "records_live": h.count,
+                "bytes_live": h.bytes,
+            },
+        )
+        for h in heads
+    ]
+    return gauges, per_topic, page.next_after is not None
+
+
+def _escape(label: str) -> str:
+    return label.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@router.get("/v0/metrics")
+async def metrics(request: Request) -> Response:
+    svc = services(request)
+    if svc.keys.enabled:
+        authorize(request, svc, "read")
+    gauges, per_topic, truncated = await _snapshot(request)
+    if "application/json" in request.headers.get("accept", ""):
+        body: dict[str, Any] = {
+            "gauges": gauges,
+            "topics": {name: vals for name, vals in per_topic},
+            "truncated": truncated,
+        }
+        return json_response(request, body)
+    lines: list[str] = []
+    for name, value in gauges.items():
+        base = name.split("{")[0]
+        if not any(line.startswith(f"# TYPE {base} ") for line in lines):
+            lines.append(f"# TYPE {base} gauge")
+        lines.append(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}")
+    for field, help_text in (
+        ("head_seq", "Highest assigned seq per topic."),
+        ("earliest_seq", "First live seq per topic."),
+        ("records_live", "Live records per topic."),
+        ("bytes_live", "Live payload bytes per topic."),
+    ):
+        lines.append(f"# HELP topics_topic_{field} {help_text}")
+        lines.append(f"# TYPE topics_topic_{field} gauge")
+        for name, vals in per_topic:
+            lines.append(f'topics_topic_{field}{{topic="{_escape(name)}"}} {vals[field]}')
+    return Response(
+        "\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8"
+    )

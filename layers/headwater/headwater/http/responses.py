@@ -1,0 +1,65 @@
+"""JSON responses with the `performance` object, and the /v0 error envelope."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from headwater.errors import HeadwaterError
+
+T0_KEY = "headwater.t0"
+
+
+class TimingMiddleware:
+    """Stamps the request start so every response can report server_total_ms."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            scope[T0_KEY] = time.perf_counter()
+        await self.app(scope, receive, send)
+
+
+def elapsed_ms(request: Request) -> float:
+    t0 = request.scope.get(T0_KEY)
+    return round((time.perf_counter() - t0) * 1000, 3) if t0 is not None else 0.0
+
+
+def dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def json_response(
+    request: Request,
+    body: dict[str, Any],
+    status: int = 200,
+    *,
+    perf: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    performance = {"server_total_ms": elapsed_ms(request)}
+    if perf:
+        performance.update(perf)
+    body["performance"] = performance
+    return Response(dumps(body), status, headers=headers, media_type="application/json")
+
+
+def error_body(exc: HeadwaterError) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.detail is not None:
+        err["detail"] = exc.detail
+    return {"error": err}
+
+
+def error_response(request: Request, exc: HeadwaterError) -> Response:
+    headers = dict(exc.headers)
+    if exc.status in (429, 503) and "Retry-After" not in headers:
+        headers["Retry-After"] = "1"
+    return json_response(request, error_body(exc), exc.status, headers=headers)

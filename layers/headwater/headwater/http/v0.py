@@ -1,0 +1,242 @@
+"""/v0 topics surface (spec §1–§5): topic lifecycle, append, diff, record delete."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from headwater.engine.config import validate_config_patch
+from headwater.engine.priority import effective_priority
+from headwater.engine.values import DiffResult
+from headwater.errors import Forbidden
+from headwater.http.auth import Principal
+from headwater.http.bodies import read_json
+from headwater.http.responses import json_response
+from headwater.http.v0_parse import (
+    decode_cursor,
+    encode_cursor,
+    parse_append,
+    parse_delete,
+    parse_diff,
+    query_bool,
+    query_int,
+    require_object,
+)
+from headwater.names import validate_topic_name
+from headwater.services import LazyServices, Services
+from headwater.storage.ports import Head
+
+router = APIRouter()
+
+
+def services(request: Request) -> Services:
+    lazy: LazyServices = request.app.state.services
+    return lazy.get()
+
+
+def authorize(request: Request, svc: Services, *scopes: str, name: str | None = None) -> Principal:
+    principal = svc.keys.authenticate(request.headers.get("authorization"))
+    principal.require(*scopes)
+    if name is not None:
+        principal.require_name(name)
+    return principal
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def state_body(head: Head) -> dict[str, Any]:
+    cfg = head.config
+    body: dict[str, Any] = {
+        "topic": head.topic,
+        "type": cfg.get("type", "log"),
+        "head_seq": head.head_seq,
+        "earliest_seq": head.earliest_seq if head.count else head.head_seq + 1,
+        "next_seq": head.head_seq + 1,
+        "count": head.count,
+        "bytes": head.bytes,
+        "config": cfg,
+        "effective_priority": effective_priority(cfg, head.last_read_ts, now_ms()),
+        "last_write_ts": head.last_write_ts,
+        "last_read_ts": head.last_read_ts,
+    }
+    if cfg.get("type") == "queue":
+        # Lease counters arrive with the work-queue issue; until then nothing is leased.
+        body["queue"] = {"ready": head.count, "in_flight": 0, "dead_lettered": 0}
+    return body
+
+
+@router.put("/v0/topics/{topic}")
+async def put_topic(topic: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "admin", name=topic)
+    validate_topic_name(topic)
+    body = require_object(await read_json(request, svc.settings.limits.max_body_bytes, required=False))
+    patch = validate_config_patch(body, topic)
+    head, created = await svc.engine.put_topic(topic, patch)
+    return json_response(
+        request,
+        {"topic": topic, "created": created, "config": head.config},
+        201 if created else 200,
+    )
+
+
+@router.get("/v0/topics/{topic}")
+async def get_topic(topic: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "read", name=topic)
+    validate_topic_name(topic)
+    touch = query_bool(request.query_params, "touch", True)
+    head = await svc.engine.get_topic(topic, touch=touch)
+    return json_response(request, state_body(head))
+
+
+@router.get("/v0/topics")
+async def list_topics(request: Request) -> Response:
+    svc = services(request)
+    principal = authorize(request, svc, "read")
+    q = request.query_params
+    prefix = q.get("prefix", "")
+    page_size = query_int(q, "page_size", 100, 1, 1000)
+    after = decode_cursor(q.get("cursor"))
+    query_bool(q, "touch", False)
+    # A prefix-limited key sees only its allowlist: intersect it with the requested prefix.
+    if principal.prefixes:
+        prefixes = []
+        for p in principal.prefixes:
+            if p.startswith(prefix):
+                prefixes.append(p)
+            elif prefix.startswith(p):
+                prefixes.append(prefix)
+        prefixes = sorted(set(prefixes))
+    else:
+        prefixes = [prefix]
+    page = await svc.engine.list_topics(prefixes, after, page_size) if prefixes else None
+    now = now_ms()
+    topics = [
+        {
+            "topic": h.topic,
+            "head_seq": h.head_seq,
+            "earliest_seq": h.earliest_seq if h.count else h.head_seq + 1,
+            "count": h.count,
+            "bytes": h.bytes,
+            "durable": bool(h.config.get("durable", False)),
+            "effective_priority": effective_priority(h.config, h.last_read_ts, now),
+        }
+        for h in (page.heads if page else [])
+    ]
+    body: dict[str, Any] = {"topics": topics}
+    if page is not None and page.next_after is not None:
+        body["next_cursor"] = encode_cursor(page.next_after)
+    return json_response(request, body)
+
+
+@router.delete("/v0/topics/{topic}")
+async def delete_topic(topic: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "delete", name=topic)
+    validate_topic_name(topic)
+    if_empty = query_bool(request.query_params, "if_empty", False)
+    deleted = await svc.engine.delete_topic(topic, if_empty=if_empty)
+    # Routers arrive with the live-delivery issue; nothing can reference a topic yet.
+    return json_response(request, {"topic": topic, "deleted": deleted, "routers_removed": []})
+
+
+@router.post("/v0/topics/{topic}")
+async def append(topic: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "write", name=topic)
+    validate_topic_name(topic)
+    limits = svc.settings.limits
+    body = await read_json(request, limits.max_body_bytes)
+    req = parse_append(body, limits, request.headers.get("idempotency-key"), topic)
+    return_seqs = query_bool(request.query_params, "return_seqs", True)
+    t0 = time.perf_counter()
+    result = await svc.engine.append(topic, req)
+    commit_ms = round((time.perf_counter() - t0) * 1000, 3)
+    out: dict[str, Any] = {
+        "topic": topic,
+        "first_seq": result.first_seq,
+        "last_seq": result.last_seq,
+    }
+    if return_seqs:
+        out["seqs"] = list(range(result.first_seq, result.last_seq + 1))
+    out.update(
+        head_seq=result.head_seq,
+        count=result.last_seq - result.first_seq + 1,
+        created=result.created,
+        deduped=result.deduped,
+    )
+    return json_response(
+        request,
+        out,
+        201 if result.created else 200,
+        perf={"wal_append_ms": commit_ms, "fsync_ms": 0.0},
+    )
+
+
+def diff_body(topic: str, result: DiffResult) -> dict[str, Any]:
+    head = result.head
+    tomb = result.tombstone
+    return {
+        "topic": topic,
+        "records": result.records,
+        "next_from_seq": result.next_from_seq,
+        "head_seq": head.head_seq,
+        "earliest_seq": head.earliest_seq if head.count else head.head_seq + 1,
+        "caught_up": result.caught_up,
+        "tombstone": None
+        if tomb is None
+        else {
+            "gap_from": tomb.gap_from,
+            "gap_to": tomb.gap_to,
+            "reason": tomb.reason,
+            "missed_estimate": tomb.missed_estimate,
+            "earliest_seq": tomb.earliest_seq,
+            "head_seq": tomb.head_seq,
+        },
+        "lag": max(0, head.head_seq - result.next_from_seq),
+    }
+
+
+@router.post("/v0/topics/{topic}/diff")
+async def diff(topic: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "read", name=topic)
+    validate_topic_name(topic)
+    body = await read_json(request, svc.settings.limits.max_body_bytes, required=False)
+    req = parse_diff(body, svc.settings.limits)
+    result = await svc.engine.diff(topic, req)
+    return json_response(
+        request, diff_body(topic, result), perf={"records_scanned": result.scanned}
+    )
+
+
+@router.post("/v0/topics/{topic}/delete")
+async def delete_records(topic: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "delete", name=topic)
+    validate_topic_name(topic)
+    body = await read_json(request, svc.settings.limits.max_body_bytes)
+    before, match = parse_delete(body)
+    result = await svc.engine.delete_records(topic, before, match)
+    head = result.head
+    return json_response(
+        request,
+        {
+            "topic": topic,
+            "deleted": result.deleted,
+            "earliest_seq": head.earliest_seq if head.count else head.head_seq + 1,
+            "head_seq": head.head_seq,
+            "count": head.count,
+            "bytes": head.bytes,
+        },
+    )
+
+
+__all__ = ["Forbidden", "router"]

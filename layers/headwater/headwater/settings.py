@@ -1,0 +1,143 @@
+"""Typed settings, read and validated once at start. Every env var name lives here."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from headwater.errors import ConfigurationError
+
+# --- env var names (the only place they are spelled) ---
+ENV_HOST = "TOPICS_HOST"
+ENV_PORT = "TOPICS_PORT"
+ENV_API_KEYS = "TOPICS_API_KEYS"
+ENV_API_KEYS_PARAMETER = "HEADWATER_API_KEYS_PARAMETER"  # SSM/Secrets Manager name on Lambda
+ENV_ALLOW_INSECURE = "TOPICS_ALLOW_INSECURE_NO_AUTH"
+ENV_PROBE_AUTH = "TOPICS_PROBE_AUTH"
+ENV_MAX_BATCH_RECORDS = "TOPICS_MAX_BATCH_RECORDS"
+ENV_MAX_RECORD_BYTES = "TOPICS_MAX_RECORD_BYTES"
+ENV_MAX_BODY_BYTES = "TOPICS_MAX_BODY_BYTES"
+ENV_MAX_META_BYTES = "TOPICS_MAX_META_BYTES"
+ENV_MAX_TAG_BYTES = "TOPICS_MAX_TAG_BYTES"
+ENV_MAX_NODE_BYTES = "TOPICS_MAX_NODE_BYTES"
+ENV_MAX_LIMIT = "TOPICS_MAX_LIMIT"
+ENV_MAX_TOPICS = "TOPICS_MAX_TOPICS"
+ENV_MAX_TOTAL_BYTES = "TOPICS_MAX_TOTAL_BYTES"
+ENV_RESOURCE_PREFIX = "HEADWATER_RESOURCE_PREFIX"
+ENV_BUCKET = "HEADWATER_BUCKET"
+ENV_REGION = "AWS_REGION"
+ENV_POLL_MS = "HEADWATER_POLL_INTERVAL_MS"
+ENV_GROUP_MAX_RECORDS = "HEADWATER_GROUP_COMMIT_MAX_RECORDS"
+ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
+ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
+
+TRUE_WORDS = {"1", "true", "yes", "on"}
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < lo:
+        raise ConfigurationError(f"{name} must be >= {lo}, got {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in TRUE_WORDS
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_batch_records: int = 10_000
+    max_record_bytes: int = 1 << 20
+    max_body_bytes: int = 64 << 20
+    max_meta_bytes: int = 16 << 10
+    max_meta_keys: int = 64
+    max_tag_bytes: int = 256
+    max_node_bytes: int = 128
+    max_idempotency_key_chars: int = 256
+    max_limit: int = 1000
+    default_limit: int = 256
+    max_wait_ms: int = 30_000
+    max_topics: int = 0  # 0 = unlimited
+    max_total_bytes: int = 0  # 0 = unlimited
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 4000
+    api_keys_raw: str = field(default="", repr=False)
+    allow_insecure_no_auth: bool = False
+    probe_auth: bool = False
+    resource_prefix: str = "headwater-dev"
+    bucket: str = ""
+    region: str = "us-east-1"
+    poll_interval_ms: int = 200
+    group_commit_max_records: int = 10_000
+    frame_cache_bytes: int = 128 << 20
+    spill_threshold_bytes: int = 300_000
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket or f"{self.resource_prefix}-data"
+
+    def table_name(self, logical: str) -> str:
+        return f"{self.resource_prefix}-{logical}"
+
+    def bind_is_loopback(self) -> bool:
+        if self.host in {"localhost", "ip6-localhost"}:
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        limits = Limits(
+            max_batch_records=_int(e, ENV_MAX_BATCH_RECORDS, 10_000, 1),
+            max_record_bytes=_int(e, ENV_MAX_RECORD_BYTES, 1 << 20, 1),
+            max_body_bytes=_int(e, ENV_MAX_BODY_BYTES, 64 << 20, 1),
+            max_meta_bytes=_int(e, ENV_MAX_META_BYTES, 16 << 10, 1),
+            max_tag_bytes=_int(e, ENV_MAX_TAG_BYTES, 256, 1),
+            max_node_bytes=_int(e, ENV_MAX_NODE_BYTES, 128, 1),
+            max_limit=_int(e, ENV_MAX_LIMIT, 1000, 1),
+            max_topics=_int(e, ENV_MAX_TOPICS, 0),
+            max_total_bytes=_int(e, ENV_MAX_TOTAL_BYTES, 0),
+        )
+        return cls(
+            host=e.get(ENV_HOST, "127.0.0.1") or "127.0.0.1",
+            port=_int(e, ENV_PORT, 4000, 0),
+            api_keys_raw=e.get(ENV_API_KEYS, ""),
+            allow_insecure_no_auth=_bool(e, ENV_ALLOW_INSECURE),
+            probe_auth=_bool(e, ENV_PROBE_AUTH),
+            resource_prefix=e.get(ENV_RESOURCE_PREFIX, "headwater-dev") or "headwater-dev",
+            bucket=e.get(ENV_BUCKET, ""),
+            region=e.get(ENV_REGION, e.get("AWS_DEFAULT_REGION", "us-east-1")) or "us-east-1",
+            poll_interval_ms=_int(e, ENV_POLL_MS, 200, 10),
+            group_commit_max_records=_int(e, ENV_GROUP_MAX_RECORDS, 10_000, 1),
+            frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 128 << 20, 0),
+            spill_threshold_bytes=_int(e, ENV_SPILL_BYTES, 300_000, 1024),
+            limits=limits,
+        )
+
+    def check_bind(self, has_keys: bool) -> None:
+        """Refuse a public, unauthenticated bind (spec §0.2)."""
+        if not has_keys and not self.bind_is_loopback() and not self.allow_insecure_no_auth:
+            raise ConfigurationError(
+                f"refusing to serve on non-loopback {self.host} without {ENV_API_KEYS}; "
+                f"set {ENV_ALLOW_INSECURE}=1 to override"
+            )

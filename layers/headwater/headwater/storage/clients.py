@@ -1,0 +1,36 @@
+"""boto3 client construction. Endpoints come from the standard AWS_ENDPOINT_URL and
+AWS_ENDPOINT_URL_<SERVICE> variables (botocore resolves them itself), so moto, LocalStack,
+DynamoDB Local or a real account need no code change. Clients are built on demand and
+injected, never at import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from headwater.settings import Settings
+
+_CONFIG = Config(
+    retries={"max_attempts": 8, "mode": "adaptive"},
+    max_pool_connections=64,
+    connect_timeout=5,
+    read_timeout=30,
+    tcp_keepalive=True,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AwsClients:
+    dynamodb: Any
+    s3: Any
+
+    @classmethod
+    def create(cls, settings: Settings, session: boto3.Session | None = None) -> AwsClients:
+        s = session or boto3.Session(region_name=settings.region)
+        return cls(
+            dynamodb=s.client("dynamodb", config=_CONFIG),
+            s3=s.client("s3", config=_CONFIG),
+        )

@@ -1,0 +1,558 @@
+"""DynamoDB adapters for the heads and log-tail ports. The only module (with blobs.py) that
+speaks the DynamoDB wire format or sees ClientError; AWS errors become engine errors here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError
+
+from headwater.engine.records import Frame, decode_records
+from headwater.errors import StorageUnavailable
+from headwater.settings import Settings
+from headwater.storage.ports import (
+    AppendCommit,
+    AppendRejected,
+    BlobStore,
+    DeleteCommit,
+    Head,
+    IdemHit,
+    TagEntry,
+)
+from headwater.storage.schema import HEADS, INDEX, LOG
+
+T = TypeVar("T")
+LIVE_GSI_KEY = "topic"
+_BATCH_GET_MAX = 100
+
+
+def _n(v: int) -> dict[str, str]:
+    return {"N": str(v)}
+
+
+def _s(v: str) -> dict[str, str]:
+    return {"S": v}
+
+
+def _i(item: dict[str, Any], name: str, default: int = 0) -> int:
+    v = item.get(name)
+    return int(v["N"]) if v is not None else default
+
+
+def _opt_i(item: dict[str, Any], name: str) -> int | None:
+    v = item.get(name)
+    return int(v["N"]) if v is not None else None
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _call(fn: Callable[..., T], **kwargs: Any) -> T:
+    try:
+        return fn(**kwargs)
+    except ClientError as exc:
+        raise StorageUnavailable(
+            f"storage error: {_error_code(exc)}", detail={"aws_error": _error_code(exc)}
+        ) from exc
+
+
+def head_from_item(item: dict[str, Any]) -> Head:
+    tp = item.get("tp", {}).get("M", {})
+    return Head(
+        topic=item["pk"]["S"],
+        epoch=_i(item, "ep", 1),
+        head_seq=_i(item, "hs"),
+        earliest_seq=_i(item, "es", 1),
+        evict_floor=_i(item, "ef", 1),
+        count=_i(item, "cnt"),
+        bytes=_i(item, "byt"),
+        config=json.loads(item["cfg"]["S"]) if "cfg" in item else {},
+        created_ms=_i(item, "cr"),
+        last_write_ts=_opt_i(item, "lw"),
+        last_read_ts=_opt_i(item, "lr"),
+        del_ver=_i(item, "dv"),
+        tag_pending={int(k): int(v["N"]) for k, v in tp.items()},
+        deleted="dl" in item,
+    )
+
+
+def head_to_item(h: Head) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "pk": _s(h.topic),
+        "ep": _n(h.epoch),
+        "hs": _n(h.head_seq),
+        "es": _n(h.earliest_seq),
+        "ef": _n(h.evict_floor),
+        "cnt": _n(h.count),
+        "byt": _n(h.bytes),
+        "cfg": _s(json.dumps(h.config, sort_keys=True)),
+        "cr": _n(h.created_ms),
+        "dv": _n(h.del_ver),
+        "tp": {"M": {str(k): _n(v) for k, v in h.tag_pending.items()}},
+    }
+    if h.last_write_ts is not None:
+        item["lw"] = _n(h.last_write_ts)
+    if h.last_read_ts is not None:
+        item["lr"] = _n(h.last_read_ts)
+    if h.deleted:
+        item["dl"] = {"BOOL": True}
+    else:
+        item["gk"] = _s(LIVE_GSI_KEY)
+    return item
+
+
+class DynamoHeadStore:
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self._ddb = client
+        self._table = settings.table_name(HEADS.logical)
+
+    def get(self, topic: str, *, consistent: bool = True) -> Head | None:
+        resp = _call(
+            self._ddb.get_item,
+            TableName=self._table,
+            Key={"pk": _s(topic)},
+            ConsistentRead=consistent,
+        )
+        item = resp.get("Item")
+        return head_from_item(item) if item else None
+
+    def create(self, head: Head, *, replacing: Head | None) -> bool:
+        if replacing is None:
+            cond: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
+        else:
+            cond = {
+                "ConditionExpression": "attribute_exists(dl) AND ep = :ep",
+                "ExpressionAttributeValues": {":ep": _n(replacing.epoch)},
+            }
+        try:
+            self._ddb.put_item(TableName=self._table, Item=head_to_item(head), **cond)
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return True
+
+    def put_config(self, head: Head, config: dict[str, Any]) -> bool:
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={"pk": _s(head.topic)},
+                UpdateExpression="SET cfg = :cfg",
+                ConditionExpression="ep = :ep AND attribute_not_exists(dl)",
+                ExpressionAttributeValues={
+                    ":cfg": _s(json.dumps(config, sort_keys=True)),
+                    ":ep": _n(head.epoch),
+                },
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return True
+
+    def mark_deleted(self, head: Head, *, if_empty: bool) -> bool:
+        marker = Head(topic=head.topic, epoch=head.epoch, deleted=True, config=head.config)
+        cond = "ep = :ep AND attribute_not_exists(dl)"
+        values: dict[str, Any] = {":ep": _n(head.epoch)}
+        if if_empty:
+            cond += " AND cnt = :zero"
+            values[":zero"] = _n(0)
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=head_to_item(marker),
+                ConditionExpression=cond,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return True
+
+    def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]:
+        key_cond = "gk = :gk"
+        values: dict[str, Any] = {":gk": _s(LIVE_GSI_KEY)}
+        if prefix:
+            key_cond += " AND begins_with(pk, :p)"
+            values[":p"] = _s(prefix)
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": HEADS.indexes[0].name,
+            "KeyConditionExpression": key_cond,
+            "ExpressionAttributeValues": values,
+            "Limit": limit,
+        }
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = {"gk": _s(LIVE_GSI_KEY), "pk": _s(after)}
+        out: list[Head] = []
+        while len(out) < limit:
+            resp = _call(self._ddb.query, **kwargs)
+            out.extend(head_from_item(it) for it in resp.get("Items", []))
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                break
+            kwargs["ExclusiveStartKey"] = lek
+            kwargs["Limit"] = limit - len(out)
+        return out[:limit]
+
+    def touch_read(self, head: Head, ts: int) -> None:
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={"pk": _s(head.topic)},
+                UpdateExpression="SET lr = :ts",
+                ConditionExpression="ep = :ep AND attribute_not_exists(dl)",
+                ExpressionAttributeValues={":ts": _n(ts), ":ep": _n(head.epoch)},
+            )
+        except ClientError as exc:
+            if _error_code(exc) != "ConditionalCheckFailedException":
+                raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+
+    def clear_tag_pending(self, head: Head, frame_last_seq: int) -> None:
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={"pk": _s(head.topic)},
+                UpdateExpression="REMOVE tp.#k",
+                ConditionExpression="ep = :ep",
+                ExpressionAttributeNames={"#k": str(frame_last_seq)},
+                ExpressionAttributeValues={":ep": _n(head.epoch)},
+            )
+        except ClientError as exc:
+            if _error_code(exc) != "ConditionalCheckFailedException":
+                raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+
+
+def _tag_sk(tag: str, frame_last_seq: int) -> str:
+    # The fixed-width suffix makes the tag recoverable exactly whatever bytes it contains.
+    return f"{tag}\x00{frame_last_seq:020d}"
+
+
+class DynamoLogTailStore:
+    def __init__(self, client: Any, settings: Settings, blobs: BlobStore) -> None:
+        self._ddb = client
+        self._heads_table = settings.table_name(HEADS.logical)
+        self._log_table = settings.table_name(LOG.logical)
+        self._index_table = settings.table_name(INDEX.logical)
+        self._blobs = blobs
+
+    # --- append -------------------------------------------------------------------------
+    def commit_append(self, c: AppendCommit) -> None:
+        items: list[dict[str, Any]] = [self._head_op(c)]
+        frame: dict[str, Any] = {
+            "pk": _s(f"{c.topic}#{(c.new_head or c.expected).epoch}"),  # type: ignore[union-attr]
+            "sk": _n(c.last_seq),
+            "fs": _n(c.first_seq),
+            "ts": _n(c.ts),
+            "sz": _n(c.payload_bytes),
+            "dn": _n(0),
+            "dz": _n(0),
+        }
+        if c.spill_key is not None:
+            frame["s3"] = _s(c.spill_key)
+        else:
+            assert c.blob is not None
+            frame["rb"] = {"B": c.blob}
+        items.append(
+            {
+                "Put": {
+                    "TableName": self._log_table,
+                    "Item": frame,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+        )
+        epoch = (c.new_head or c.expected).epoch  # type: ignore[union-attr]
+        tag_pk = f"t#{c.topic}#{epoch}"
+        for e in c.tag_entries:
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self._index_table,
+                        "Item": {
+                            "pk": _s(tag_pk),
+                            "sk": _s(_tag_sk(e.tag, e.frame_last_seq)),
+                            "q": _s(",".join(map(str, e.seqs))),
+                        },
+                    }
+                }
+            )
+        idem_start = len(items)
+        idem_pk = f"i#{c.topic}#{epoch}"
+        for ie in c.idem:
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self._index_table,
+                        "Item": {
+                            "pk": _s(idem_pk),
+                            "sk": _s(ie.key),
+                            "f": _n(ie.first_seq),
+                            "l": _n(ie.last_seq),
+                            "ex": _n(ie.expires_ms),
+                            "ttl": _n(ie.expires_ms // 1000 + 1),
+                        },
+                        "ConditionExpression": "attribute_not_exists(pk) OR ex < :now",
+                        "ExpressionAttributeValues": {":now": _n(c.ts)},
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    }
+                }
+            )
+        try:
+            self._ddb.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            code = _error_code(exc)
+            if code != "TransactionCanceledException":
+                raise StorageUnavailable(f"storage error: {code}") from exc
+            reasons = exc.response.get("CancellationReasons") or []
+            head_conflict = False
+            hits: dict[str, IdemHit | None] = {}
+            for idx, reason in enumerate(reasons):
+                rcode = reason.get("Code", "None")
+                if rcode in ("None", None, ""):
+                    continue
+                if idx >= idem_start and rcode == "ConditionalCheckFailed":
+                    old = reason.get("Item")
+                    key = c.idem[idx - idem_start].key
+                    hits[key] = IdemHit(_i(old, "f"), _i(old, "l")) if old else None
+                elif rcode in ("ConditionalCheckFailed", "TransactionConflict"):
+                    head_conflict = True
+                elif rcode in ("ThrottlingError", "ProvisionedThroughputExceeded"):
+                    raise StorageUnavailable(f"storage throttled: {rcode}") from exc
+                else:
+                    head_conflict = True
+            if not reasons:
+                head_conflict = True
+            raise AppendRejected(head_conflict, hits) from exc
+
+    def _head_op(self, c: AppendCommit) -> dict[str, Any]:
+        if c.new_head is not None:
+            if c.expected is None:
+                cond: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
+            else:
+                cond = {
+                    "ConditionExpression": "attribute_exists(dl) AND ep = :ep",
+                    "ExpressionAttributeValues": {":ep": _n(c.expected.epoch)},
+                }
+            return {"Put": {"TableName": self._heads_table, "Item": head_to_item(c.new_head), **cond}}
+        h = c.expected
+        assert h is not None
+        n = c.last_seq - c.first_seq + 1
+        sets = ["hs = :h2", "cnt = cnt + :n", "byt = byt + :b", "lw = :ts"]
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {
+            ":h2": _n(c.last_seq),
+            ":n": _n(n),
+            ":b": _n(c.payload_bytes),
+            ":ts": _n(c.ts),
+            ":h": _n(h.head_seq),
+            ":ep": _n(h.epoch),
+        }
+        if c.tag_pending:
+            sets.append("tp.#k = :fs")
+            names["#k"] = str(c.last_seq)
+            values[":fs"] = _n(c.first_seq)
+        cond_s = "ep = :ep AND hs = :h AND attribute_not_exists(dl)"
+        if c.max_count is not None:
+            cond_s += " AND cnt <= :mc"
+            values[":mc"] = _n(c.max_count)
+        if c.max_bytes is not None:
+            cond_s += " AND byt <= :mb"
+            values[":mb"] = _n(c.max_bytes)
+        op: dict[str, Any] = {
+            "TableName": self._heads_table,
+            "Key": {"pk": _s(h.topic)},
+            "UpdateExpression": "SET " + ", ".join(sets),
+            "ConditionExpression": cond_s,
+            "ExpressionAttributeValues": values,
+        }
+        if names:
+            op["ExpressionAttributeNames"] = names
+        return {"Update": op}
+
+    # --- reads --------------------------------------------------------------------------
+    def _frame_from_item(self, item: dict[str, Any]) -> Frame:
+        first = _i(item, "fs")
+        last = _i(item, "sk")
+        ts = _i(item, "ts")
+        if "s3" in item:
+            blob = self._blobs.get(item["s3"]["S"])
+        else:
+            blob = item["rb"]["B"]
+        deleted = frozenset(int(x) for x in item.get("dx", {}).get("NS", []))
+        return Frame(
+            first_seq=first,
+            last_seq=last,
+            ts=ts,
+            records=decode_records(blob, first, ts),
+            deleted=deleted,
+            deleted_count=_i(item, "dn"),
+            deleted_bytes=_i(item, "dz"),
+            payload_bytes=_i(item, "sz"),
+        )
+
+    def read_frames(self, head: Head, after_seq: int, upto_seq: int, max_records: int) -> list[Frame]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._log_table,
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {
+                ":pk": _s(head.log_key),
+                ":lo": _n(after_seq + 1),
+                ":hi": _n(max(upto_seq, after_seq + 1)),
+            },
+            "ConsistentRead": True,
+            "Limit": 4,
+        }
+        frames: list[Frame] = []
+        got = 0
+        while True:
+            resp = _call(self._ddb.query, **kwargs)
+            for item in resp.get("Items", []):
+                f = self._frame_from_item(item)
+                frames.append(f)
+                got += f.last_seq - max(f.first_seq, after_seq + 1) + 1
+                if got >= max_records:
+                    return frames
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                break
+            kwargs["ExclusiveStartKey"] = lek
+            kwargs["Limit"] = min(kwargs["Limit"] * 2, 64)
+        if frames and frames[-1].last_seq >= upto_seq or upto_seq <= after_seq:
+            return frames
+        # The frame holding upto_seq may end above it (frames are keyed by their last seq).
+        kwargs.pop("ExclusiveStartKey", None)
+        kwargs["KeyConditionExpression"] = "pk = :pk AND sk > :hi"
+        del kwargs["ExpressionAttributeValues"][":lo"]
+        kwargs["Limit"] = 1
+        resp = _call(self._ddb.query, **kwargs)
+        for item in resp.get("Items", []):
+            f = self._frame_from_item(item)
+            if f.first_seq <= upto_seq:
+                frames.append(f)
+        return frames
+
+    def get_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> dict[int, Frame]:
+        out: dict[int, Frame] = {}
+        wanted = sorted(set(frame_last_seqs))
+        for i in range(0, len(wanted), _BATCH_GET_MAX):
+            keys = [{"pk": _s(head.log_key), "sk": _n(s)} for s in wanted[i : i + _BATCH_GET_MAX]]
+            request: dict[str, Any] = {self._log_table: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                resp = _call(self._ddb.batch_get_item, RequestItems=request)
+                for item in resp.get("Responses", {}).get(self._log_table, []):
+                    f = self._frame_from_item(item)
+                    out[f.last_seq] = f
+                request = resp.get("UnprocessedKeys") or {}
+        return out
+
+    def get_idempotency(self, head: Head, key: str, now_ms: int) -> IdemHit | None:
+        resp = _call(
+            self._ddb.get_item,
+            TableName=self._index_table,
+            Key={"pk": _s(f"i#{head.topic}#{head.epoch}"), "sk": _s(key)},
+            ConsistentRead=True,
+        )
+        item = resp.get("Item")
+        if not item or _i(item, "ex") < now_ms:
+            return None
+        return IdemHit(_i(item, "f"), _i(item, "l"))
+
+    def tag_lookup(self, head: Head, tag: str, prefix: bool) -> list[TagEntry]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._index_table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :p)",
+            "ExpressionAttributeValues": {
+                ":pk": _s(f"t#{head.topic}#{head.epoch}"),
+                ":p": _s(tag if prefix else tag + "\x00"),
+            },
+            "ConsistentRead": True,
+        }
+        out: list[TagEntry] = []
+        while True:
+            resp = _call(self._ddb.query, **kwargs)
+            for item in resp.get("Items", []):
+                sk = item["sk"]["S"]
+                entry_tag, frame_last = sk[:-21], int(sk[-20:])
+                if not prefix and entry_tag != tag:
+                    continue
+                seqs = tuple(int(x) for x in item["q"]["S"].split(",") if x)
+                out.append(TagEntry(entry_tag, frame_last, seqs))
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                return out
+            kwargs["ExclusiveStartKey"] = lek
+
+    def write_tag_entries(self, head: Head, entries: Sequence[TagEntry]) -> None:
+        pk = f"t#{head.topic}#{head.epoch}"
+        requests = [
+            {
+                "PutRequest": {
+                    "Item": {
+                        "pk": _s(pk),
+                        "sk": _s(_tag_sk(e.tag, e.frame_last_seq)),
+                        "q": _s(",".join(map(str, e.seqs))),
+                    }
+                }
+            }
+            for e in entries
+        ]
+        for i in range(0, len(requests), 25):
+            pending: dict[str, Any] = {self._index_table: requests[i : i + 25]}
+            while pending:
+                resp = _call(self._ddb.batch_write_item, RequestItems=pending)
+                pending = resp.get("UnprocessedItems") or {}
+
+    # --- deletes ------------------------------------------------------------------------
+    def commit_delete(self, d: DeleteCommit) -> bool:
+        sets = ["dv = dv + :one", "cnt = cnt - :dc", "byt = byt - :db"]
+        values: dict[str, Any] = {
+            ":one": _n(1),
+            ":dc": _n(d.count_delta),
+            ":db": _n(d.bytes_delta),
+            ":dv": _n(d.expected_del_ver),
+            ":ep": _n(d.epoch),
+        }
+        if d.new_earliest is not None:
+            sets.append("es = :es")
+            values[":es"] = _n(d.new_earliest)
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self._heads_table,
+                    "Key": {"pk": _s(d.topic)},
+                    "UpdateExpression": "SET " + ", ".join(sets),
+                    "ConditionExpression": "ep = :ep AND dv = :dv AND attribute_not_exists(dl)",
+                    "ExpressionAttributeValues": values,
+                }
+            }
+        ]
+        log_pk = f"{d.topic}#{d.epoch}"
+        for fd in d.frames:
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._log_table,
+                        "Key": {"pk": _s(log_pk), "sk": _n(fd.frame_last_seq)},
+                        "UpdateExpression": "ADD dx :seqs SET dn = dn + :k, dz = dz + :b",
+                        "ConditionExpression": "dn = :exp",
+                        "ExpressionAttributeValues": {
+                            ":seqs": {"NS": [str(s) for s in fd.seqs]},
+                            ":k": _n(len(fd.seqs)),
+                            ":b": _n(fd.bytes),
+                            ":exp": _n(fd.expected_deleted_count),
+                        },
+                    }
+                }
+            )
+        try:
+            self._ddb.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if _error_code(exc) == "TransactionCanceledException":
+                return False
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return True

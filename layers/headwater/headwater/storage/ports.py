@@ -1,0 +1,134 @@
+"""Ports: the small typed interfaces the engine depends on. Adapters (dynamo.py, blobs.py)
+implement them over boto3; nothing else in the engine knows about AWS."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from headwater.engine.records import Frame
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """Per-topic metadata. A deleted topic keeps a marker (deleted=True) holding its epoch, so
+    a recreate gets epoch + 1 and stale cursors can be fenced."""
+
+    topic: str
+    epoch: int
+    head_seq: int = 0
+    earliest_seq: int = 1
+    evict_floor: int = 1
+    count: int = 0
+    bytes: int = 0
+    config: dict[str, Any] = field(default_factory=dict)
+    created_ms: int = 0
+    last_write_ts: int | None = None
+    last_read_ts: int | None = None
+    del_ver: int = 0
+    tag_pending: dict[int, int] = field(default_factory=dict)  # frame last_seq -> first_seq
+    deleted: bool = False
+
+    @property
+    def log_key(self) -> str:
+        return f"{self.topic}#{self.epoch}"
+
+
+@dataclass(frozen=True, slots=True)
+class TagEntry:
+    tag: str
+    frame_last_seq: int
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IdemEntry:
+    key: str
+    first_seq: int
+    last_seq: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdemHit:
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(slots=True)
+class AppendCommit:
+    """Everything one group commit writes, atomically: the head advance (or creation), the
+    frame, inline tag-index entries, and idempotency keys."""
+
+    topic: str
+    expected: Head | None  # live head we read (None: create; deleted marker: recreate)
+    new_head: Head | None  # full head to put when creating
+    first_seq: int
+    last_seq: int
+    ts: int
+    blob: bytes | None
+    spill_key: str | None
+    payload_bytes: int
+    tag_entries: list[TagEntry]
+    tag_pending: bool
+    idem: list[IdemEntry]
+    max_count: int | None = None  # discard:"reject" caps: head count must stay <= this
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FrameDelete:
+    frame_last_seq: int
+    seqs: tuple[int, ...]
+    bytes: int
+    expected_deleted_count: int
+
+
+@dataclass(slots=True)
+class DeleteCommit:
+    topic: str
+    epoch: int
+    expected_del_ver: int
+    frames: list[FrameDelete]
+    count_delta: int
+    bytes_delta: int
+    new_earliest: int | None
+
+
+class AppendRejected(Exception):
+    """The append transaction was cancelled. `head_conflict` means the head moved (re-read and
+    retry); `idem_hits` maps idempotency keys that already exist to their original seqs."""
+
+    def __init__(self, head_conflict: bool, idem_hits: dict[str, IdemHit | None]) -> None:
+        super().__init__("append transaction cancelled")
+        self.head_conflict = head_conflict
+        self.idem_hits = idem_hits
+
+
+class HeadStore(Protocol):
+    def get(self, topic: str, *, consistent: bool = True) -> Head | None: ...
+    def create(self, head: Head, *, replacing: Head | None) -> bool: ...
+    def put_config(self, head: Head, config: dict[str, Any]) -> bool: ...
+    def mark_deleted(self, head: Head, *, if_empty: bool) -> bool: ...
+    def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]: ...
+    def touch_read(self, head: Head, ts: int) -> None: ...
+    def clear_tag_pending(self, head: Head, frame_last_seq: int) -> None: ...
+
+
+class LogTailStore(Protocol):
+    def commit_append(self, commit: AppendCommit) -> None: ...
+    def read_frames(
+        self, head: Head, after_seq: int, upto_seq: int, max_records: int
+    ) -> list[Frame]: ...
+    def get_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> dict[int, Frame]: ...
+    def get_idempotency(self, head: Head, key: str, now_ms: int) -> IdemHit | None: ...
+    def tag_lookup(self, head: Head, tag: str, prefix: bool) -> list[TagEntry]: ...
+    def write_tag_entries(self, head: Head, entries: Sequence[TagEntry]) -> None: ...
+    def commit_delete(self, commit: DeleteCommit) -> bool: ...
+
+
+class BlobStore(Protocol):
+    def put(self, key: str, body: bytes) -> None: ...
+    def get(self, key: str) -> bytes: ...
+    def delete_many(self, keys: Sequence[str]) -> None: ...

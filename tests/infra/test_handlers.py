@@ -1,0 +1,190 @@
+"""ApiFunction's Mangum handler, invoked with recorded function-URL events (payload 2.0)
+against in-process moto, the way Lambda would call it."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import gzip
+import importlib.util
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+from aws_lambda_powertools.utilities import parameters
+from moto import mock_aws
+
+from headwater.settings import Settings
+from headwater.storage.bootstrap import ensure_resources
+from headwater.storage.clients import AwsClients
+
+pytestmark = pytest.mark.infra
+
+REPO = Path(__file__).resolve().parents[2]
+HANDLER = REPO / "functions" / "api" / "handler.py"
+EVENTS = REPO / "tests" / "events"
+KEYS_PARAMETER = "/headwater/test/api-keys"
+API_KEY = "hw-test-key-1"  # the bearer token in tests/events/*.json
+
+
+@dataclass
+class FakeLambdaContext:
+    """The LambdaContext attributes Powertools' Logger and Metrics read."""
+
+    function_name: str = "headwater-test-ApiFunction-AbC123"
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = (
+        "arn:aws:lambda:us-east-1:123456789012:function:headwater-test-ApiFunction-AbC123"
+    )
+    memory_limit_in_mb: int = 1024
+    aws_request_id: str = "3b2c6a1e-8f4d-4e7b-9c0a-5d1e2f3a4b5c"
+    log_group_name: str = "/aws/lambda/headwater-test-ApiFunction-AbC123"
+    log_stream_name: str = "2025/03/12/[$LATEST]0123456789abcdef0123456789abcdef"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+def _event(name: str) -> dict[str, Any]:
+    return dict(json.loads((EVENTS / name).read_text()))
+
+
+def _body(response: dict[str, Any]) -> Any:
+    raw: bytes = response.get("body", "").encode()
+    if response.get("isBase64Encoded"):
+        raw = base64.b64decode(raw)
+    headers = {k.lower(): v for k, v in response.get("headers", {}).items()}
+    if headers.get("content-encoding") == "gzip":
+        raw = gzip.decompress(raw)
+    return json.loads(raw)
+
+
+@pytest.fixture
+def lambda_env(fake_aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # What template.yaml's Globals give the function (names from headwater.settings).
+    monkeypatch.setenv("HEADWATER_RESOURCE_PREFIX", "hw-infra")
+    monkeypatch.setenv("HEADWATER_BUCKET", "hw-infra-data")
+    monkeypatch.setenv("HEADWATER_API_KEYS_PARAMETER", KEYS_PARAMETER)
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "headwater-test")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "HeadwaterTest")
+
+
+def _import_handler() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("headwater_api_handler_under_test", HANDLER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def aws(lambda_env: None) -> Iterator[None]:
+    parameters.clear_caches()  # Powertools caches providers (and their clients) globally
+    with mock_aws():
+        settings = Settings.from_env()
+        ensure_resources(settings, AwsClients.create(settings))
+        yield
+    parameters.clear_caches()
+
+
+@pytest.fixture
+def handler_module(aws: None) -> Iterator[ModuleType]:
+    boto3.client("ssm").put_parameter(
+        Name=KEYS_PARAMETER, Value=API_KEY, Type="SecureString", Overwrite=True
+    )
+    yield _import_handler()
+    # Mangum installed an event loop for this thread when the module was imported
+    asyncio.get_event_loop().close()
+    asyncio.set_event_loop(None)
+
+
+def test_import_creates_no_aws_client(
+    lambda_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN any boto3/botocore client creation fails loudly
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an AWS client was created at import")
+
+    monkeypatch.setattr(botocore.session.Session, "create_client", refuse)
+    # WHEN the handler module is imported (the cold start) THEN the app exists, no client
+    module = _import_handler()
+    assert module.asgi is not None
+    asyncio.get_event_loop().close()
+    asyncio.set_event_loop(None)
+
+
+def test_recorded_events_round_trip(handler_module: ModuleType) -> None:
+    handler, ctx = handler_module.handler, FakeLambdaContext()
+
+    health = handler(_event("01_health_get.json"), ctx)
+    assert health["statusCode"] == 200, health
+    health_body = _body(health)
+    assert health_body["status"] == "ok"
+    assert {"version", "uptime_ms"} <= set(health_body)
+
+    created = handler(_event("02_topic_put.json"), ctx)
+    assert created["statusCode"] == 201, created
+
+    appended = handler(_event("03_append_post.json"), ctx)
+    assert appended["statusCode"] in (200, 201), appended
+    body = _body(appended)
+    assert body["seqs"] == [1]
+    assert body["topic"] == "demo"
+
+    appended_b64 = handler(_event("04_append_post_base64.json"), ctx)
+    assert appended_b64["statusCode"] == 200, appended_b64
+    assert _body(appended_b64)["seqs"] == [2]
+
+    diff = handler(_event("05_diff_post.json"), ctx)
+    assert diff["statusCode"] == 200, diff
+    diff_body = _body(diff)
+    records = diff_body["records"]
+    assert [r["$seq"] for r in records] == [1, 2]
+    assert records[0]["data"] == {"hello": "world"}
+    assert records[1]["data"] == {"n": 2}
+    assert records[1]["meta"] == {"via": "base64"}
+    assert diff_body["next_from_seq"] == 2
+    assert diff_body["caught_up"] is True
+
+    listed = handler(_event("06_topics_list_get.json"), ctx)
+    assert listed["statusCode"] == 200, listed
+    assert [t["topic"] for t in _body(listed)["topics"]] == ["demo"]
+
+    missing = handler(_event("07_topic_missing_get.json"), ctx)
+    assert missing["statusCode"] == 404, missing
+    error = _body(missing)["error"]
+    assert error["code"] == "topic_not_found"
+
+
+def test_keys_come_from_the_ssm_parameter(handler_module: ModuleType) -> None:
+    # GIVEN the keys parameter holds API_KEY WHEN a request carries another token THEN 401
+    event = copy.deepcopy(_event("06_topics_list_get.json"))
+    event["headers"]["authorization"] = "Bearer not-the-key"
+    response = handler_module.handler(event, FakeLambdaContext())
+    assert response["statusCode"] == 401, response
+
+    del event["headers"]["authorization"]
+    response = handler_module.handler(event, FakeLambdaContext())
+    assert response["statusCode"] == 401, response
+
+
+def test_missing_keys_parameter_fails_closed(aws: None) -> None:
+    # GIVEN HEADWATER_API_KEYS_PARAMETER names a parameter that does not exist
+    module = _import_handler()
+    try:
+        # WHEN a request arrives THEN it is never served without auth
+        try:
+            response = module.handler(_event("06_topics_list_get.json"), FakeLambdaContext())
+        except parameters.exceptions.GetParameterError:
+            return  # the invocation fails; Lambda reports it as a 502 to the caller
+        assert response["statusCode"] >= 500, response
+    finally:
+        asyncio.get_event_loop().close()
+        asyncio.set_event_loop(None)

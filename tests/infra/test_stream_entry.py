@@ -1,0 +1,136 @@
+"""StreamFunction's entry (functions/stream/run.sh) started exactly as the Lambda Web
+Adapter starts it: PORT set, exec'd as the handler, readiness polled on /v0/health over
+loopback, then requests proxied to 127.0.0.1:$PORT. AWS is a moto server on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+
+from headwater.settings import Settings
+from headwater.storage.bootstrap import ensure_resources
+from headwater.storage.clients import AwsClients
+
+pytestmark = pytest.mark.infra
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_SH = REPO / "functions" / "stream" / "run.sh"
+KEYS_PARAMETER = "/headwater/test/api-keys"
+API_KEY = "hw-stream-key"
+DEADLINE_S = 30.0
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], deadline_s: float) -> httpx.Response:
+    end = time.monotonic() + deadline_s
+    last: Exception | None = None
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            pytest.fail(f"process exited with {proc.returncode} before {url} answered:\n{out}")
+        try:
+            return httpx.get(url, timeout=1.0)
+        except httpx.TransportError as exc:
+            last = exc
+            time.sleep(0.1)
+    pytest.fail(f"{url} not ready after {deadline_s}s: {last!r}")
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int | None:
+    """SIGTERM, then the exit code; None if it had to be killed (not a clean exit)."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout_s)
+        return None
+
+
+@pytest.fixture
+def lambda_env(
+    moto_server: str,
+    fake_aws_env: dict[str, str],
+    free_port: Callable[[], int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, str]:
+    port = free_port()
+    env = {
+        **fake_aws_env,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        # what Lambda + template.yaml give the function
+        "LAMBDA_TASK_ROOT": str(RUN_SH.parent),
+        "AWS_LAMBDA_FUNCTION_NAME": "headwater-test-StreamFunction",
+        "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
+        "AWS_LWA_INVOKE_MODE": "response_stream",
+        "AWS_LWA_READINESS_CHECK_PATH": "/v0/health",
+        "PORT": str(port),
+        "HEADWATER_RESOURCE_PREFIX": "hw-stream",
+        "HEADWATER_BUCKET": "hw-stream-data",
+        "HEADWATER_API_KEYS_PARAMETER": KEYS_PARAMETER,
+        "POWERTOOLS_SERVICE_NAME": "headwater-test",
+        "POWERTOOLS_METRICS_NAMESPACE": "HeadwaterTest",
+        # local stand-ins: the layer's /opt/python is the source tree, AWS is moto
+        "PYTHONPATH": str(REPO / "layers" / "headwater"),
+        "AWS_ENDPOINT_URL": moto_server,
+    }
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    settings = Settings.from_env(env)
+    ensure_resources(settings, AwsClients.create(settings))
+    boto3.client("ssm").put_parameter(
+        Name=KEYS_PARAMETER, Value=API_KEY, Type="SecureString", Overwrite=True
+    )
+    return env
+
+
+def test_run_sh_serves_like_under_the_web_adapter(lambda_env: dict[str, str]) -> None:
+    # GIVEN run.sh started the way /opt/bootstrap execs the handler
+    proc = subprocess.Popen(
+        [str(RUN_SH)],
+        cwd=lambda_env["LAMBDA_TASK_ROOT"],
+        env=lambda_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{lambda_env['PORT']}"
+    try:
+        # WHEN the adapter's readiness check polls /v0/health THEN it turns 200
+        ready = _wait_http(f"{base}/v0/health", proc, DEADLINE_S)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["status"] == "ok"
+
+        auth = {"authorization": f"Bearer {API_KEY}"}
+        with httpx.Client(base_url=base, headers=auth, timeout=10.0) as client:
+            # AND a proxied append + diff work against the shared moto server
+            created = client.put("/v0/topics/demo", json={})
+            assert created.status_code == 201, created.text
+            appended = client.post("/v0/topics/demo", json={"records": [{"data": {"x": 1}}]})
+            assert appended.status_code == 200, appended.text
+            assert appended.json()["seqs"] == [1]
+            diff = client.post("/v0/topics/demo/diff", json={"from_seq": 0})
+            assert diff.status_code == 200, diff.text
+            assert [(r["$seq"], r["data"]) for r in diff.json()["records"]] == [(1, {"x": 1})]
+
+            # AND the keys came from SSM: a wrong token is refused
+            denied = client.get("/v0/topics", headers={"authorization": "Bearer nope"})
+            assert denied.status_code == 401, denied.text
+    finally:
+        # THEN SIGTERM (what Lambda sends at shutdown) stops it cleanly
+        code = _stop(proc)
+        output = proc.stdout.read().decode() if proc.stdout else ""
+    # uvicorn shuts down gracefully, then re-raises the captured SIGTERM: -15 is clean
+    assert code in (0, -signal.SIGTERM), output
+    assert "Traceback" not in output, output

@@ -34,5 +34,8 @@ def resource_prefix() -> str:
 def moto(aws_env: None) -> Iterator[None]:
     from moto import mock_aws
 
+    from headwater.dev import moto_patches
+
+    moto_patches.apply()
     with mock_aws():
         yield

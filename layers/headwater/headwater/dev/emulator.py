@@ -44,7 +44,7 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         env = {**os.environ, **FAKE_CREDENTIALS}
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "headwater.dev.moto_serialized", "-H", "127.0.0.1", "-p", str(self.port)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

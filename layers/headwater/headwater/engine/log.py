@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import random
 import time
 import uuid
 from collections import deque
@@ -54,8 +56,10 @@ from headwater.storage.ports import (
 from headwater.storage.schema import SPILL_PREFIX
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 MAX_TXN_ITEMS = 100
 MAX_ATTEMPTS = 200
+APPEND_BUDGET_S = 20.0
 TOUCH_INTERVAL_MS = 1000
 
 
@@ -149,6 +153,10 @@ class LogEngine:
             return dataclasses.replace(head, last_read_ts=now)
         return head
 
+    async def touch_all(self, heads: list[Head]) -> list[Head]:
+        """Bump the read-recency clocks of listed topics (GET /v0/topics?touch=true)."""
+        return [await self._touch(h) for h in heads]
+
     async def list_topics(
         self, prefixes: list[str], after: str | None, limit: int
     ) -> TopicPage:
@@ -231,16 +239,26 @@ class LogEngine:
         head = self._head_cache.get(topic)
         if head is None:
             head = self.heads.get(topic)
-        for _ in range(MAX_ATTEMPTS):
+        deadline = time.monotonic() + APPEND_BUDGET_S
+        conflicts = 0
+        while True:
             live = [i for i, r in enumerate(results) if r is None]
             if not live:
                 break
             outcome = self._try_commit(topic, head, reqs, live, results)
             if outcome is None:
                 break
-            head = outcome
-        else:
-            raise StorageUnavailable("append kept conflicting; retry", headers={"Retry-After": "1"})
+            head, conflicted = outcome
+            if conflicted:
+                conflicts += 1
+                if time.monotonic() > deadline:
+                    raise StorageUnavailable(
+                        "append kept conflicting with other writers; retry",
+                        headers={"Retry-After": "1"},
+                    )
+                # Jittered backoff keeps racing processes fair under sustained contention.
+                if conflicts > 2:
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**conflicts)))
         return [r for r in results if r is not None]
 
     def _try_commit(
@@ -250,9 +268,9 @@ class LogEngine:
         reqs: list[AppendRequest],
         live: list[int],
         results: list[AppendResult | HeadwaterError | None],
-    ) -> Head | None:
+    ) -> tuple[Head | None, bool] | None:
         """One attempt. Fills `results` for requests it settles; returns None when done, or
-        a fresh head to retry the remaining requests with."""
+        (fresh head, lost a race) to retry the remaining requests with."""
         now = self.clock()
         creating = head is None or head.deleted
         creator: int | None = None
@@ -381,8 +399,8 @@ class LogEngine:
                         )
             self._head_cache.pop(topic, None)
             if rej.head_conflict or not rej.idem_hits:
-                return self.heads.get(topic)
-            return head
+                return rej.current_head or self.heads.get(topic), True
+            return head, False
         # Committed.
         committed = new_head or dataclasses.replace(
             base,
@@ -407,8 +425,13 @@ class LogEngine:
             results[i] = AppendResult(*spans[i], last, creating and i == creator, False)
         self._settle_duplicates(reqs, live, results, seen_keys, committed)
         if entries and not inline_tags:
-            self.tail.write_tag_entries(committed, entries)
-            self.heads.clear_tag_pending(committed, last)
+            try:
+                self.tail.write_tag_entries(committed, entries)
+                self.heads.clear_tag_pending(committed, last)
+            except HeadwaterError:
+                # The records are committed, so the write must succeed; the head still marks
+                # the frame tag-pending and the next tag delete indexes it first.
+                log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
         return None
 
     @staticmethod

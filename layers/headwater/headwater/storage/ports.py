@@ -100,10 +100,17 @@ class AppendRejected(Exception):
     """The append transaction was cancelled. `head_conflict` means the head moved (re-read and
     retry); `idem_hits` maps idempotency keys that already exist to their original seqs."""
 
-    def __init__(self, head_conflict: bool, idem_hits: dict[str, IdemHit | None]) -> None:
+    def __init__(
+        self,
+        head_conflict: bool,
+        idem_hits: dict[str, IdemHit | None],
+        current_head: Head | None = None,
+    ) -> None:
         super().__init__("append transaction cancelled")
         self.head_conflict = head_conflict
         self.idem_hits = idem_hits
+        # The head as the failed condition saw it (saves a read on the retry), when known.
+        self.current_head = current_head
 
 
 class HeadStore(Protocol):

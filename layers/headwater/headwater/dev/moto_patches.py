@@ -1,0 +1,106 @@
+"""Fidelity fixes for moto, applied only in the embedded emulator and in tests.
+
+moto's TransactWriteItems deep-copies every table a transaction touches (so its cost grows
+with the table, making a long log quadratic) and rolls back by restoring that copy, which
+under concurrent requests also erases other requests' writes. DynamoDB itself checks every
+condition and then applies all writes atomically; this replacement does exactly that:
+phase 1 evaluates all conditions without writing, phase 2 applies, with an item-level undo
+log if an apply step raises. Callers must serialize requests (see moto_serialized.py) or run
+single-threaded, as in-process tests do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_APPLIED = False
+
+
+def apply() -> None:
+    global _APPLIED
+    if _APPLIED:
+        return
+    from moto.dynamodb.comparisons import get_filter_expression
+    from moto.dynamodb.exceptions import (
+        ConditionalCheckFailed,
+        MockValidationException,
+        MultipleTransactionsException,
+        TooManyTransactionsException,
+        TransactionCanceledException,
+        TransactWriteSingleOpException,
+    )
+    from moto.dynamodb.models import DynamoDBBackend
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        if len(transact_items) > 100:
+            raise TooManyTransactionsException()
+        seen: set[tuple[str, str]] = set()
+        planned: list[tuple[str, dict[str, Any], str, dict[str, Any], Any]] = []
+        errors: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
+        for entry in transact_items:
+            if len(entry) > 1:
+                raise TransactWriteSingleOpException
+            op_type, op = next(iter(entry.items()))
+            if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+                raise ValueError("Unsupported transaction operation")
+            table_name = op["TableName"]
+            table = self.get_table(table_name)
+            if op_type == "Put":
+                attrs = op["Item"]
+                key = {table.hash_key_attr: attrs[table.hash_key_attr]}
+                if table.range_key_attr is not None:
+                    key[table.range_key_attr] = attrs[table.range_key_attr]
+            else:
+                key = op["Key"]
+            ident = (str(table_name), str(dict(sorted(key.items()))))
+            if ident in seen:
+                raise MultipleTransactionsException()
+            seen.add(ident)
+            current = self.get_item(table_name, key)
+            cond = op.get("ConditionExpression")
+            if cond is not None:
+                check = get_filter_expression(
+                    cond, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+                )
+                if not check.expr(current):
+                    old = None
+                    if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                        old = current.to_json()["Attributes"]
+                    errors.append(("ConditionalCheckFailed", "The conditional request failed", old))
+                    continue
+            errors.append((None, None, None))
+            planned.append((op_type, op, table_name, key, current))
+        if any(code is not None for code, _, _ in errors):
+            raise TransactionCanceledException(errors)
+
+        undo: list[tuple[str, dict[str, Any], Any]] = []
+        try:
+            for op_type, op, table_name, key, current in planned:
+                if op_type == "ConditionCheck":
+                    continue
+                undo.append(
+                    (table_name, key, current.to_json()["Attributes"] if current else None)
+                )
+                names = op.get("ExpressionAttributeNames")
+                values = op.get("ExpressionAttributeValues")
+                if op_type == "Put":
+                    self.put_item(table_name, op["Item"])
+                elif op_type == "Delete":
+                    self.delete_item(table_name, key)
+                else:
+                    self.update_item(
+                        table_name,
+                        key,
+                        update_expression=op["UpdateExpression"],
+                        expression_attribute_names=names,
+                        expression_attribute_values=values,
+                    )
+        except (MockValidationException, ConditionalCheckFailed):
+            for table_name, key, old_attrs in reversed(undo):
+                if old_attrs is None:
+                    self.delete_item(table_name, key)
+                else:
+                    self.put_item(table_name, old_attrs)
+            raise
+
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    _APPLIED = True

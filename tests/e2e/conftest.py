@@ -1,0 +1,109 @@
+"""E2E fixtures: a moto server subprocess and real uvicorn server processes on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from headwater.dev.emulator import MotoServer, free_port
+from headwater.settings import Settings
+from headwater.storage.bootstrap import ensure_resources
+from headwater.storage.clients import AwsClients
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[MotoServer]:
+    with MotoServer() as server:
+        yield server
+
+
+@dataclass
+class ServerProcess:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: str
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+@dataclass
+class Cluster:
+    emulator: MotoServer
+    prefix: str
+    servers: list[ServerProcess] = field(default_factory=list)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            **self.emulator.env(),
+            "HEADWATER_RESOURCE_PREFIX": self.prefix,
+            **extra,
+        }
+
+    def start_server(self, tmp_dir: str, **extra_env: str) -> ServerProcess:
+        port = free_port()
+        log_path = os.path.join(tmp_dir, f"server-{port}.log")
+        log = open(log_path, "wb")  # noqa: SIM115 - owned by the child for its lifetime
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "headwater.dev.server"],
+            env=self.env(TOPICS_HOST="127.0.0.1", TOPICS_PORT=str(port), **extra_env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        server = ServerProcess(f"http://127.0.0.1:{port}", proc, log_path)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited early: {open(log_path).read()}")
+            try:
+                if httpx.get(f"{server.url}/v0/health", timeout=1).status_code == 200:
+                    self.servers.append(server)
+                    return server
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        server.stop()
+        raise RuntimeError(f"server did not become healthy: {open(log_path).read()}")
+
+
+@pytest.fixture
+def cluster(emulator: MotoServer, tmp_path: object) -> Iterator[Cluster]:
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    settings = Settings(resource_prefix=prefix)
+    clients = AwsClients.create(settings, session=_session(emulator))
+    ensure_resources(settings, clients)
+    c = Cluster(emulator, prefix)
+    yield c
+    for s in c.servers:
+        s.stop()
+
+
+def _session(emulator: MotoServer) -> object:
+    import boto3
+
+    os.environ.update(emulator.env())
+    return boto3.Session(region_name="us-east-1")
+
+
+@pytest.fixture
+def start_servers(cluster: Cluster, tmp_path: object) -> Callable[..., list[ServerProcess]]:
+    def start(n: int, **env: str) -> list[ServerProcess]:
+        return [cluster.start_server(str(tmp_path), **env) for _ in range(n)]
+
+    return start

@@ -59,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     clients = build_clients(settings, args.localstack_host)
     ensure_resources(settings, clients)
     tables = ", ".join(
-        n for n in clients.dynamodb.list_tables()["TableNames"] if n.startswith(settings.resource_prefix + "-")
+        n
+        for n in clients.dynamodb.list_tables()["TableNames"]
+        if n.startswith(settings.resource_prefix + "-")
     )
     print(f"tables: {tables}\nbucket: {settings.bucket_name}")
     return 0

@@ -9,8 +9,9 @@ buffers whole responses, so SSE and long-poll belong to StreamFunction.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
@@ -22,6 +23,9 @@ from headwater.http.app import create_app
 logger = Logger()
 metrics = Metrics()
 
+# The Lambda runtime calls the handler on one thread; give it a loop explicitly (Mangum's
+# own asyncio.get_event_loop() fallback warns on 3.12 and is gone in 3.14).
+asyncio.set_event_loop(asyncio.new_event_loop())
 # lifespan "off": Mangum would run the app's startup and shutdown around every invocation;
 # the app initialises lazily instead and lives as long as the execution environment.
 asgi = Mangum(create_app(), lifespan="off")
@@ -40,7 +44,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # metric set (function URL metrics already count requests and 4xx/5xx).
         metrics.provider.add_cold_start_metric(context)
     started = time.perf_counter()
-    response = asgi(event, context)
+    # Mangum declares its own LambdaContext protocol; the runtime object satisfies both.
+    response = asgi(event, cast(Any, context))
     http = event.get("requestContext", {}).get("http", {})
     logger.info(
         "request",

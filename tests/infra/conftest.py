@@ -17,12 +17,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "template.yaml"
-EVENTS = REPO / "tests" / "events"
-LAYER_SRC = REPO / "layers" / "headwater"
-
-# The package normally comes from `pip install -e .`; keep the tier runnable without it.
-if str(LAYER_SRC) not in sys.path:
-    sys.path.insert(0, str(LAYER_SRC))
 
 FAKE_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",

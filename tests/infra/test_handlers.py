@@ -105,9 +105,7 @@ def handler_module(aws: None) -> Iterator[ModuleType]:
     asyncio.set_event_loop(None)
 
 
-def test_import_creates_no_aws_client(
-    lambda_env: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_import_creates_no_aws_client(lambda_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN any boto3/botocore client creation fails loudly
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("an AWS client was created at import")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]

@@ -36,9 +36,7 @@ def test_clients_follow_localstack_host(
     assert clients.s3.meta.endpoint_url == "http://emulator.test:4599"
 
 
-def test_main_creates_tables_and_bucket(
-    moto_server: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_main_creates_tables_and_bucket(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN an emulator on loopback, reached through --localstack-host (not AWS_ENDPOINT_URL)
     monkeypatch.setenv("HEADWATER_RESOURCE_PREFIX", "hw-ls")
     monkeypatch.setenv("HEADWATER_BUCKET", "hw-ls-data")

@@ -36,9 +36,10 @@ def test_table_matches_schema(template: dict[str, Any], table: Table) -> None:
 
     assert props["TableName"] == {"Fn::Sub": f"${{AWS::StackName}}-{table.logical}"}
     assert props["BillingMode"] == "PAY_PER_REQUEST"
-    assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == expected[
-        "AttributeDefinitions"
-    ]
+    assert (
+        sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"])
+        == expected["AttributeDefinitions"]
+    )
     assert props["KeySchema"] == expected["KeySchema"]
 
     got_gsis = sorted(props.get("GlobalSecondaryIndexes", []), key=lambda g: g["IndexName"])
@@ -65,9 +66,7 @@ def test_table_matches_schema(template: dict[str, Any], table: Table) -> None:
 
 
 @pytest.mark.parametrize("logical", ["heads", "log"])
-def test_durable_tables_have_point_in_time_recovery(
-    template: dict[str, Any], logical: str
-) -> None:
+def test_durable_tables_have_point_in_time_recovery(template: dict[str, Any], logical: str) -> None:
     table = next(t for t in TABLES if t.logical == logical)
     pitr = _props(template, table).get("PointInTimeRecoverySpecification", {})
     assert pitr.get("PointInTimeRecoveryEnabled") is True

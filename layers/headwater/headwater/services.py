@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from headwater.engine.log import LogEngine
+from headwater.errors import ConfigurationError
 from headwater.http.auth import KeyStore
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
@@ -28,7 +29,11 @@ def load_api_keys(settings: Settings, parameter_name: str | None) -> str:
         value = parameters.get_secret(parameter_name.removeprefix("secret:"), max_age=300)
     else:
         value = parameters.get_parameter(parameter_name, decrypt=True, max_age=300)
-    return str(value)
+    keys = str(value or "").strip()
+    if not keys:
+        # A deployment that names a keys parameter never silently serves without auth.
+        raise ConfigurationError(f"API keys parameter {parameter_name!r} is empty")
+    return keys
 
 
 @dataclass(slots=True)

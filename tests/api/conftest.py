@@ -1,24 +1,55 @@
+"""API-tier fixtures. One in-process moto mock per test module and one set of boto3 clients
+(building clients is the slow part); every test still gets its own tables and bucket under a
+fresh resource prefix, so tests never see each other's topics."""
+
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
 
 import pytest
+from api_helpers import MakeClient
 from starlette.testclient import TestClient
 
 from headwater.http.app import create_app
-from headwater.settings import Settings
+from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 
 
+@pytest.fixture(scope="module")
+def aws() -> Iterator[AwsClients]:
+    from moto import mock_aws
+
+    with mock_aws():
+        yield AwsClients.create(Settings())
+
+
 @pytest.fixture
-def settings(moto: None, resource_prefix: str) -> Settings:
+def settings(aws: AwsClients, resource_prefix: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    # Keys come from the Settings under test only, never from an SSM/Secrets parameter.
+    monkeypatch.delenv(ENV_API_KEYS_PARAMETER, raising=False)
     s = Settings(resource_prefix=resource_prefix)
-    ensure_resources(s, AwsClients.create(s))
+    ensure_resources(s, aws)
     return s
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
+def client(settings: Settings, aws: AwsClients) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, aws)) as c:
         yield c
+
+
+@pytest.fixture
+def make_client(settings: Settings, aws: AwsClients) -> Iterator[MakeClient]:
+    """More apps over the same tables with some settings overridden (limits, api keys, probe
+    auth), e.g. make_client(limits=Limits(max_body_bytes=1000))."""
+    with ExitStack() as stack:
+
+        def make(**overrides: Any) -> TestClient:
+            app = create_app(dataclasses.replace(settings, **overrides), aws)
+            return stack.enter_context(TestClient(app))
+
+        yield make

@@ -8,7 +8,9 @@ pytestmark = pytest.mark.api
 
 def test_append_then_diff_round_trip(client: TestClient) -> None:
     # GIVEN a new topic created by a write
-    r = client.post("/v0/topics/jobs", json={"records": [{"data": {"a": 1}, "tag": "t1"}, {"data": None}]})
+    r = client.post(
+        "/v0/topics/jobs", json={"records": [{"data": {"a": 1}, "tag": "t1"}, {"data": None}]}
+    )
     assert r.status_code == 201, r.text
     body = r.json()
     assert body["seqs"] == [1, 2] and body["created"] is True and body["deduped"] is False

@@ -15,6 +15,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from headwater import __version__
 from headwater.http import errors, probes, v0
 from headwater.http.auth import KeyStore
+from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import TimingMiddleware
 from headwater.services import LazyServices
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
@@ -55,6 +56,7 @@ def create_app(
     errors.install(app)
     app.include_router(probes.router)
     app.include_router(v0.router)
+    app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
     app.add_middleware(
         CORSMiddleware,

@@ -55,6 +55,8 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
                     f"decompressed body exceeds {max_bytes} bytes",
                     detail={"max_bytes": max_bytes},
                 )
+            if not d.eof:  # truncated: the CRC/length trailer never arrived
+                raise InvalidRequest("gzip body is truncated")
         except (OSError, zlib.error, gzip.BadGzipFile) as exc:
             raise InvalidRequest("body is not valid gzip") from exc
     elif encoding not in ("identity", ""):
@@ -64,15 +66,16 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 
 async def read_json(request: Request, max_bytes: int, *, required: bool = True) -> Any:
     body = await read_body(request, max_bytes)
+    # Content-Type is required only on a request with a body; a missing body is a 400.
+    if not body:
+        if not required:
+            return {}
+        raise InvalidRequest("request body is empty; expected a JSON object")
     ctype = request.headers.get("content-type", "")
-    if not body and not required:
-        return {}
     if ctype.split(";")[0].strip().lower() != "application/json":
         raise UnsupportedMediaType(
             "Content-Type must be application/json", detail={"content_type": ctype}
         )
-    if not body:
-        raise InvalidRequest("request body is empty; expected a JSON object")
     try:
         return loads_strict(body)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -104,7 +105,7 @@ async def list_topics(request: Request) -> Response:
     prefix = q.get("prefix", "")
     page_size = query_int(q, "page_size", 100, 1, 1000)
     after = decode_cursor(q.get("cursor"))
-    query_bool(q, "touch", False)
+    touch = query_bool(q, "touch", False)
     # A prefix-limited key sees only its allowlist: intersect it with the requested prefix.
     if principal.prefixes:
         prefixes = []
@@ -117,6 +118,8 @@ async def list_topics(request: Request) -> Response:
     else:
         prefixes = [prefix]
     page = await svc.engine.list_topics(prefixes, after, page_size) if prefixes else None
+    if page is not None and touch:
+        page = dataclasses.replace(page, heads=await svc.engine.touch_all(page.heads))
     now = now_ms()
     topics = [
         {

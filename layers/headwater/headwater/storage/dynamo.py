@@ -174,6 +174,13 @@ class DynamoHeadStore:
         return True
 
     def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]:
+        if after is not None and prefix and not after.startswith(prefix):
+            # DynamoDB rejects an ExclusiveStartKey outside the key condition ("does not match
+            # the range key predicate"). Such a cursor sorts before every prefixed name (drop
+            # it) or after all of them (nothing left). str order == UTF-8 byte order.
+            if after > prefix:
+                return []
+            after = None
         key_cond = "gk = :gk"
         values: dict[str, Any] = {":gk": _s(LIVE_GSI_KEY)}
         if prefix:
@@ -310,11 +317,14 @@ class DynamoLogTailStore:
                 raise StorageUnavailable(f"storage error: {code}") from exc
             reasons = exc.response.get("CancellationReasons") or []
             head_conflict = False
+            current: Head | None = None
             hits: dict[str, IdemHit | None] = {}
             for idx, reason in enumerate(reasons):
                 rcode = reason.get("Code", "None")
                 if rcode in ("None", None, ""):
                     continue
+                if idx == 0 and rcode == "ConditionalCheckFailed" and reason.get("Item"):
+                    current = head_from_item(reason["Item"])
                 if idx >= idem_start and rcode == "ConditionalCheckFailed":
                     old = reason.get("Item")
                     key = c.idem[idx - idem_start].key
@@ -327,7 +337,7 @@ class DynamoLogTailStore:
                     head_conflict = True
             if not reasons:
                 head_conflict = True
-            raise AppendRejected(head_conflict, hits) from exc
+            raise AppendRejected(head_conflict, hits, current) from exc
 
     def _head_op(self, c: AppendCommit) -> dict[str, Any]:
         if c.new_head is not None:
@@ -338,7 +348,14 @@ class DynamoLogTailStore:
                     "ConditionExpression": "attribute_exists(dl) AND ep = :ep",
                     "ExpressionAttributeValues": {":ep": _n(c.expected.epoch)},
                 }
-            return {"Put": {"TableName": self._heads_table, "Item": head_to_item(c.new_head), **cond}}
+            return {
+                "Put": {
+                    "TableName": self._heads_table,
+                    "Item": head_to_item(c.new_head),
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    **cond,
+                }
+            }
         h = c.expected
         assert h is not None
         n = c.last_seq - c.first_seq + 1
@@ -369,6 +386,7 @@ class DynamoLogTailStore:
             "UpdateExpression": "SET " + ", ".join(sets),
             "ConditionExpression": cond_s,
             "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if names:
             op["ExpressionAttributeNames"] = names
@@ -396,6 +414,8 @@ class DynamoLogTailStore:
         )
 
     def read_frames(self, head: Head, after_seq: int, upto_seq: int, max_records: int) -> list[Frame]:
+        if upto_seq <= after_seq:
+            return []  # empty range (the query below would fetch the frame keyed after_seq + 1)
         kwargs: dict[str, Any] = {
             "TableName": self._log_table,
             "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
@@ -463,13 +483,16 @@ class DynamoLogTailStore:
         return IdemHit(_i(item, "f"), _i(item, "l"))
 
     def tag_lookup(self, head: Head, tag: str, prefix: bool) -> list[TagEntry]:
+        needle = tag if prefix else tag + "\x00"
+        values = {":pk": _s(f"t#{head.topic}#{head.epoch}")}
+        condition = "pk = :pk"
+        if needle:  # an empty key-condition value is invalid; Glob "*" reads every tag entry
+            condition += " AND begins_with(sk, :p)"
+            values[":p"] = _s(needle)
         kwargs: dict[str, Any] = {
             "TableName": self._index_table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :p)",
-            "ExpressionAttributeValues": {
-                ":pk": _s(f"t#{head.topic}#{head.epoch}"),
-                ":p": _s(tag if prefix else tag + "\x00"),
-            },
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
             "ConsistentRead": True,
         }
         out: list[TagEntry] = []

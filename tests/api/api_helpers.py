@@ -1,0 +1,89 @@
+"""Small helpers shared by the /v0 API tests: requests that must succeed, and the error
+envelope check (spec §0.5) that every non-2xx response must pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from starlette.testclient import TestClient
+
+MakeClient = Callable[..., TestClient]
+
+
+def path(topic: str, suffix: str = "") -> str:
+    return f"/v0/topics/{quote(topic, safe='')}{suffix}"
+
+
+def assert_performance(body: dict[str, Any]) -> None:
+    perf = body.get("performance")
+    assert isinstance(perf, dict), body
+    total = perf.get("server_total_ms")
+    assert isinstance(total, int | float) and not isinstance(total, bool), perf
+    assert total >= 0
+
+
+def assert_error(resp: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The §0.5 envelope: {"error": {"code", "message", "detail"?}} plus performance."""
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json"), resp.headers
+    body = resp.json()
+    err = body["error"]
+    assert err["code"] == code, body
+    assert isinstance(err["message"], str) and err["message"], body
+    assert set(err) <= {"code", "message", "detail"}, body
+    if "detail" in err:
+        assert isinstance(err["detail"], dict), body
+    assert_performance(body)
+    return err
+
+
+def ok(resp: httpx.Response, *statuses: int) -> dict[str, Any]:
+    assert resp.status_code in (statuses or (200,)), resp.text
+    body = resp.json()
+    assert "error" not in body, body
+    assert_performance(body)
+    return body
+
+
+def put_topic(
+    client: TestClient, topic: str, config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return ok(client.put(path(topic), json=config or {}), 200, 201)
+
+
+def append(
+    client: TestClient, topic: str, records: list[dict[str, Any]], **body: Any
+) -> dict[str, Any]:
+    return ok(client.post(path(topic), json={"records": records, **body}), 200, 201)
+
+
+def append_data(client: TestClient, topic: str, *values: Any, **body: Any) -> dict[str, Any]:
+    return append(client, topic, [{"data": v} for v in values], **body)
+
+
+def diff(client: TestClient, topic: str, **body: Any) -> dict[str, Any]:
+    return ok(client.post(path(topic, "/diff"), json=body))
+
+
+def seqs_of(diff_body: dict[str, Any]) -> list[int]:
+    return [r["$seq"] for r in diff_body["records"]]
+
+
+def read_all(client: TestClient, topic: str, **body: Any) -> list[dict[str, Any]]:
+    """Every live record, following next_from_seq until caught_up."""
+    out: list[dict[str, Any]] = []
+    cursor = 0
+    while True:
+        d = diff(client, topic, from_seq=cursor, limit=1000, **body)
+        out.extend(d["records"])
+        assert d["next_from_seq"] >= cursor
+        cursor = d["next_from_seq"]
+        if d["caught_up"]:
+            return out
+
+
+def state(client: TestClient, topic: str) -> dict[str, Any]:
+    return ok(client.get(path(topic), params={"touch": "false"}))

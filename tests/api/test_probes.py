@@ -139,10 +139,12 @@ def test_ready_is_503_not_ready_when_storage_is_unreachable(
 ) -> None:
     engine = client.app.state.services.get().engine  # type: ignore[attr-defined]
 
-    async def broken(*args: object) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise StorageUnavailable("storage error: boom")
 
-    monkeypatch.setattr(engine, "list_topics", broken)
+    # Storage itself fails (at the port), whichever engine call readiness uses.
+    monkeypatch.setattr(engine.heads, "count_live", broken)
+    monkeypatch.setattr(engine.heads, "list_live", broken)
     for url in READY:
         r = client.get(url)
         err = assert_error(r, 503, "not_ready")

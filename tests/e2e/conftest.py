@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -71,7 +72,7 @@ class Cluster:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited early: {open(log_path).read()}")
+                raise RuntimeError(f"server exited early: {Path(log_path).read_text()}")
             try:
                 if httpx.get(f"{server.url}/v0/health", timeout=1).status_code == 200:
                     self.servers.append(server)
@@ -79,7 +80,7 @@ class Cluster:
             except httpx.HTTPError:
                 time.sleep(0.1)
         server.stop()
-        raise RuntimeError(f"server did not become healthy: {open(log_path).read()}")
+        raise RuntimeError(f"server did not become healthy: {Path(log_path).read_text()}")
 
 
 @pytest.fixture

@@ -28,7 +28,9 @@ def _producer(args: tuple[int, list[str], bool, int]) -> list[tuple[int, int, li
     with httpx.Client(timeout=60) as http:
         for i in range(APPENDS_PER_PRODUCER):
             n = rng.choice([1, 1, 1, 2, 5, 10])
-            records = [{"data": {"p": producer, "i": item + k}, "node": f"p{producer}"} for k in range(n)]
+            records = [
+                {"data": {"p": producer, "i": item + k}, "node": f"p{producer}"} for k in range(n)
+            ]
             body: dict[str, object] = {"records": records}
             if send_twice:
                 body["idempotency_key"] = f"p{producer}-{i}"

@@ -94,7 +94,9 @@ def test_key_store_scopes_prefixes_and_digests() -> None:
     with pytest.raises(Unauthorized):
         store.authenticate(None)
     # Only digests are kept: no plaintext secret in the store's state.
-    assert "full" not in repr(store._keys) and b"full" not in b"".join(k.digest for k in store._keys)
+    assert "full" not in repr(store._keys) and b"full" not in b"".join(
+        k.digest for k in store._keys
+    )
 
 
 @pytest.mark.parametrize("raw", ["k:bogus", "k:read+nope", ":read", "k:read+"])

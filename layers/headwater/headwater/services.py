@@ -59,14 +59,27 @@ class Services:
 
 
 class LazyServices:
-    def __init__(self, settings: Settings, clients: AwsClients | None, keys: KeyStore | None,
-                 parameter_name: str | None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clients: AwsClients | None,
+        keys: KeyStore | None,
+        parameter_name: str | None,
+    ) -> None:
         self._settings = settings
         self._clients = clients
         self._keys = keys
         self._parameter_name = parameter_name
         self._built: Services | None = None
         self._lock = threading.Lock()
+        self.started_monotonic = time.monotonic()
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def uptime_ms(self) -> int:
+        return int((time.monotonic() - self.started_monotonic) * 1000)
 
     def get(self) -> Services:
         if self._built is None:

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -20,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from headwater.dev.emulator import free_port
+from headwater.dev.emulator import die_with_parent, free_port
 
 ENV_DDBLOCAL_DIR = "HEADWATER_DDBLOCAL_DIR"  # dir holding DynamoDBLocal.jar (or a parent of it)
 ENV_JAVA = "HEADWATER_JAVA"  # java binary (default: $JAVA_HOME/bin/java, then PATH)
@@ -57,6 +58,10 @@ public class HeadwaterDdbLocal {
 
 class DynamoDBLocalUnavailable(RuntimeError):
     """The jar or a Java runtime is missing."""
+
+
+class _ExitedEarly(RuntimeError):
+    pass
 
 
 def _jar_in(directory: Path) -> Path | None:
@@ -156,15 +161,15 @@ class DynamoDBLocal:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
 
-    def _command(self, java: str) -> list[str]:
+    def _commands(self, java: str) -> list[tuple[list[str], bool]]:
+        """Candidate command lines, best first, each with whether it binds loopback only."""
         lib = self.jar.parent / LIB_DIR
         args = ["-inMemory", "-sharedDb", "-disableTelemetry", "-port", str(self.port)]
+        plain = [java, f"-Djava.library.path={lib}", "-jar", str(self.jar), *args]
         launcher = _compile_launcher(java, self.jar)
-        self.loopback_only = launcher is not None
         if launcher is None:
-            log.warning("DynamoDB Local will listen on all interfaces (no JDK compiler found)")
-            return [java, f"-Djava.library.path={lib}", "-jar", str(self.jar), *args]
-        return [
+            return [(plain, False)]
+        pinned = [
             java,
             f"-Djava.library.path={lib}",
             "-Dheadwater.host=127.0.0.1",
@@ -173,9 +178,26 @@ class DynamoDBLocal:
             _LAUNCHER_CLASS,
             *args,
         ]
+        return [(pinned, True), (plain, False)]
 
     def start(self, timeout_s: float = 60.0) -> DynamoDBLocal:
-        cmd = self._command(find_java())
+        java = find_java()
+        candidates = self._commands(java)
+        for i, (cmd, loopback_only) in enumerate(candidates):
+            if not loopback_only:
+                log.warning("DynamoDB Local listens on all interfaces (no loopback launcher)")
+            try:
+                self._spawn(cmd, timeout_s)
+            except _ExitedEarly as exc:
+                if i + 1 == len(candidates):
+                    raise RuntimeError(str(exc)) from None
+                log.warning("DynamoDB Local loopback launcher failed; trying the plain jar")
+                continue
+            self.loopback_only = loopback_only
+            return self
+        raise AssertionError("unreachable")
+
+    def _spawn(self, cmd: list[str], timeout_s: float) -> None:
         fd, name = tempfile.mkstemp(prefix="headwater-ddblocal-", suffix=".log")
         self._log_path = Path(name)
         with os.fdopen(fd, "wb") as out:
@@ -185,18 +207,19 @@ class DynamoDBLocal:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=tempfile.gettempdir(),
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 code, tail = self._proc.returncode, self.log_tail()
                 self.stop()
-                raise RuntimeError(f"DynamoDB Local exited with {code}:\n{tail}")
+                raise _ExitedEarly(f"DynamoDB Local exited with {code}:\n{tail}")
             try:
                 with urllib.request.urlopen(self.url, timeout=1):
-                    return self
+                    return
             except urllib.error.HTTPError:
-                return self  # any HTTP answer (it replies 400 to a bare GET) means it is up
+                return  # any HTTP answer (it replies 400 to a bare GET) means it is up
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.1)
         tail = self.log_tail()

@@ -3,7 +3,9 @@ it, and it never competes with the app for the GIL)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +24,15 @@ FAKE_CREDENTIALS = {
 }
 
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3")
+
+
+def die_with_parent() -> None:
+    """Linux: the child gets SIGTERM when the process that started it dies (no orphans)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:
@@ -44,10 +55,19 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         env = {**os.environ, **FAKE_CREDENTIALS}
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "headwater.dev.moto_serialized", "-H", "127.0.0.1", "-p", str(self.port)],
+            [
+                sys.executable,
+                "-m",
+                "headwater.dev.moto_serialized",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -77,9 +77,7 @@ def apply() -> None:
             for op_type, op, table_name, key, current in planned:
                 if op_type == "ConditionCheck":
                     continue
-                undo.append(
-                    (table_name, key, current.to_json()["Attributes"] if current else None)
-                )
+                undo.append((table_name, key, current.to_json()["Attributes"] if current else None))
                 names = op.get("ExpressionAttributeNames")
                 values = op.get("ExpressionAttributeValues")
                 if op_type == "Put":

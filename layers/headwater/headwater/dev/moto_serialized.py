@@ -15,8 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from moto.moto_server.threaded_moto_server import DomainDispatcherApplication
-from moto.moto_server.werkzeug_app import create_backend_app
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import run_simple
 
 from headwater.dev import moto_patches
@@ -28,7 +27,9 @@ class SerializedApp:
     def __init__(self, app: Any) -> None:
         self._app = app
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         with _LOCK:
             # Materialize the body under the lock: the work happens while it is iterated.
             return list(self._app(environ, start_response))

@@ -47,8 +47,14 @@ def main() -> int:
             log.error("refusing to start: %s", exc)
             return 2
         log.info("serving Headwater on http://%s:%d", settings.host, settings.port)
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                    access_log=False, timeout_graceful_shutdown=5)
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
     finally:
         if emulator is not None:
             emulator.stop()

@@ -157,9 +157,7 @@ class LogEngine:
         """Bump the read-recency clocks of listed topics (GET /v0/topics?touch=true)."""
         return [await self._touch(h) for h in heads]
 
-    async def list_topics(
-        self, prefixes: list[str], after: str | None, limit: int
-    ) -> TopicPage:
+    async def list_topics(self, prefixes: list[str], after: str | None, limit: int) -> TopicPage:
         def run() -> TopicPage:
             merged: list[Head] = []
             for p in prefixes:
@@ -171,6 +169,21 @@ class LogEngine:
             return TopicPage(page, page[-1].topic if more and page else None)
 
         return await self._io(run)
+
+    async def count_topics(self) -> int:
+        return await self._io(self.heads.count_live)
+
+    async def all_topics(self, max_topics: int) -> tuple[list[Head], bool]:
+        """Every live topic (up to max_topics), and whether more exist."""
+        out: list[Head] = []
+        after: str | None = None
+        while len(out) < max_topics:
+            page = await self.list_topics([""], after, min(1000, max_topics - len(out)))
+            out.extend(page.heads)
+            if page.next_after is None:
+                return out, False
+            after = page.next_after
+        return out, True
 
     async def delete_topic(self, topic: str, *, if_empty: bool) -> bool:
         def run() -> bool:
@@ -303,9 +316,7 @@ class LogEngine:
             if key is not None and key in seen_keys:
                 continue  # same key twice in one group: settled from the first below
             n, b = len(r.records), sum(rec.size for rec in r.records)
-            if reject and (
-                (cap_n > 0 and count + n > cap_n) or (cap_b > 0 and nbytes + b > cap_b)
-            ):
+            if reject and ((cap_n > 0 and count + n > cap_n) or (cap_b > 0 and nbytes + b > cap_b)):
                 results[i] = TopicFull(
                     f"topic {topic!r} is full (discard: reject)",
                     detail={"topic": topic, "cap_records": cap_n, "cap_bytes": cap_b},
@@ -471,7 +482,9 @@ class LogEngine:
                 # Another process may have appended: a cheap eventually consistent head read.
                 head = await self._io(lambda: self.heads.get(topic, consistent=False))
                 poll = min(poll * 2, self.settings.poll_interval_ms / 1000)
-                if head is None or head.deleted or head.head_seq <= start:
+                if head is None or head.deleted:
+                    raise TopicNotFound(topic)
+                if head.head_seq <= start:
                     continue
             req2 = dataclasses.replace(req, from_seq=start, wait_ms=0)
             result = await self._io(self._diff_sync, topic, req2)
@@ -670,7 +683,9 @@ class LogEngine:
             for rec in frame.records:
                 if rec.tag is not None:
                     tags.setdefault(rec.tag, []).append(rec.seq)
-            self.tail.write_tag_entries(head, [TagEntry(t, last, tuple(s)) for t, s in tags.items()])
+            self.tail.write_tag_entries(
+                head, [TagEntry(t, last, tuple(s)) for t, s in tags.items()]
+            )
             self.heads.clear_tag_pending(head, last)
 
 

@@ -12,14 +12,19 @@ from headwater import __version__
 from headwater.errors import HeadwaterError, NotReady
 from headwater.http.responses import json_response
 from headwater.http.v0 import authorize, services
+from headwater.services import LazyServices
 
 router = APIRouter()
-PER_TOPIC_LIMIT = 1000
+PER_TOPIC_LIMIT = 1000  # per-topic gauge block is bounded (topics_topic_metrics_truncated)
+AGGREGATE_LIMIT = 10_000  # aggregates sum over at most this many topics per scrape
 
 
 def _probe_auth(request: Request) -> None:
-    svc = services(request)
-    if svc.settings.probe_auth:
+    # Liveness must not depend on building services (on Lambda that fetches the keys from
+    # SSM): only an explicitly authenticated probe builds them.
+    lazy: LazyServices = request.app.state.services
+    if lazy.settings.probe_auth:
+        svc = services(request)
         authorize(request, svc)
 
 
@@ -28,9 +33,9 @@ def _probe_auth(request: Request) -> None:
 @router.get("/health")
 async def health(request: Request) -> Response:
     _probe_auth(request)
-    svc = services(request)
+    lazy: LazyServices = request.app.state.services
     return json_response(
-        request, {"status": "ok", "version": __version__, "uptime_ms": svc.uptime_ms()}
+        request, {"status": "ok", "version": __version__, "uptime_ms": lazy.uptime_ms()}
     )
 
 
@@ -44,26 +49,30 @@ async def ready(request: Request) -> Response:
             "shutting down", status=503, code="shutting_down", headers={"Retry-After": "5"}
         )
     try:
-        page = await svc.engine.list_topics([""], None, PER_TOPIC_LIMIT)
+        topics = await svc.engine.count_topics()
     except HeadwaterError as exc:
         raise NotReady(
-            "storage is not reachable", detail={"replay_progress": 0.0}, headers={"Retry-After": "5"}
+            "storage is not reachable",
+            detail={"replay_progress": 0.0},
+            headers={"Retry-After": "5"},
         ) from exc
     return json_response(
-        request, {"status": "ready", "wal_replay_complete": True, "topics": len(page.heads)}
+        request, {"status": "ready", "wal_replay_complete": True, "topics": topics}
     )
 
 
-async def _snapshot(request: Request) -> tuple[dict[str, float], list[tuple[str, dict[str, int]]], bool]:
+async def _snapshot(
+    request: Request,
+) -> tuple[dict[str, float], list[tuple[str, dict[str, int]]], bool]:
     svc = services(request)
-    page = await svc.engine.list_topics([""], None, PER_TOPIC_LIMIT)
-    heads = page.heads
+    heads, more = await svc.engine.all_topics(AGGREGATE_LIMIT)
     by_class: dict[str, int] = {}
     for h in heads:
         cls = str(h.config.get("durability", "disk"))
         by_class[cls] = by_class.get(cls, 0) + 1
+    truncated = more or len(heads) > PER_TOPIC_LIMIT
     gauges: dict[str, float] = {
-        "topics_topics": len(heads),
+        "topics_topics": await svc.engine.count_topics() if more else len(heads),
         "topics_routers": 0,
         "topics_records_live": sum(h.count for h in heads),
         "topics_bytes_live": sum(h.bytes for h in heads),
@@ -74,7 +83,7 @@ async def _snapshot(request: Request) -> tuple[dict[str, float], list[tuple[str,
         "topics_ready": 0 if svc.shutting_down else 1,
         "topics_recovery_progress": 1.0,
         "topics_uptime_ms": svc.uptime_ms(),
-        "topics_topic_metrics_truncated": 1 if page.next_after else 0,
+        "topics_topic_metrics_truncated": 1 if truncated else 0,
     }
     for cls, n in sorted(by_class.items()):
         gauges[f'topics_topics_by_class{{class="{cls}"}}'] = n
@@ -88,9 +97,9 @@ async def _snapshot(request: Request) -> tuple[dict[str, float], list[tuple[str,
                 "bytes_live": h.bytes,
             },
         )
-        for h in heads
+        for h in heads[:PER_TOPIC_LIMIT]
     ]
-    return gauges, per_topic, page.next_after is not None
+    return gauges, per_topic, truncated
 
 
 def _escape(label: str) -> str:
@@ -126,6 +135,4 @@ async def metrics(request: Request) -> Response:
         lines.append(f"# TYPE topics_topic_{field} gauge")
         for name, vals in per_topic:
             lines.append(f'topics_topic_{field}{{topic="{_escape(name)}"}} {vals[field]}')
-    return Response(
-        "\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8"
-    )
+    return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8")

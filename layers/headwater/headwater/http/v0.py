@@ -77,7 +77,9 @@ async def put_topic(topic: str, request: Request) -> Response:
     svc = services(request)
     authorize(request, svc, "admin", name=topic)
     validate_topic_name(topic)
-    body = require_object(await read_json(request, svc.settings.limits.max_body_bytes, required=False))
+    body = require_object(
+        await read_json(request, svc.settings.limits.max_body_bytes, required=False)
+    )
     patch = validate_config_patch(body, topic)
     head, created = await svc.engine.put_topic(topic, patch)
     return json_response(

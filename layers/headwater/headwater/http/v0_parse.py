@@ -102,7 +102,9 @@ def parse_append(
             detail={"max": limits.max_batch_records, "got": len(records)},
         )
     batch_node = _opt_str(body, "node", limits.max_node_bytes, "")
-    key = body.get("idempotency_key", header_idempotency_key)
+    key = body.get("idempotency_key")
+    if key is None:  # the body field wins only when present
+        key = header_idempotency_key
     if key is not None and (
         not isinstance(key, str) or not key or len(key) > limits.max_idempotency_key_chars
     ):
@@ -129,7 +131,9 @@ def parse_append(
                     f"{where}{k}: $-prefixed fields are server-assigned", detail={"index": i}
                 )
         tag = _opt_str(rec, "tag", limits.max_tag_bytes, where)
-        node = _opt_str(rec, "node", limits.max_node_bytes, where) or batch_node
+        node = _opt_str(rec, "node", limits.max_node_bytes, where)
+        if node is None:
+            node = batch_node
         meta = rec.get("meta")
         meta_json: str | None = None
         if meta is not None:
@@ -170,7 +174,9 @@ def parse_diff(body: Any, limits: Limits) -> DiffRequest:
     elif isinstance(node, list) and all(isinstance(n, str) for n in node):
         nodes = frozenset(node)
     else:
-        raise InvalidRequest("node must be a string or an array of strings", detail={"field": "node"})
+        raise InvalidRequest(
+            "node must be a string or an array of strings", detail={"field": "node"}
+        )
     return DiffRequest(
         from_seq=u64(body, "from_seq", 0),
         limit=limit,

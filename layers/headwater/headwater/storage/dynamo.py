@@ -206,6 +206,23 @@ class DynamoHeadStore:
             kwargs["Limit"] = limit - len(out)
         return out[:limit]
 
+    def count_live(self) -> int:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": HEADS.indexes[0].name,
+            "KeyConditionExpression": "gk = :gk",
+            "ExpressionAttributeValues": {":gk": _s(LIVE_GSI_KEY)},
+            "Select": "COUNT",
+        }
+        total = 0
+        while True:
+            resp = _call(self._ddb.query, **kwargs)
+            total += int(resp.get("Count", 0))
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                return total
+            kwargs["ExclusiveStartKey"] = lek
+
     def touch_read(self, head: Head, ts: int) -> None:
         try:
             self._ddb.update_item(
@@ -397,10 +414,7 @@ class DynamoLogTailStore:
         first = _i(item, "fs")
         last = _i(item, "sk")
         ts = _i(item, "ts")
-        if "s3" in item:
-            blob = self._blobs.get(item["s3"]["S"])
-        else:
-            blob = item["rb"]["B"]
+        blob = self._blobs.get(item["s3"]["S"]) if "s3" in item else item["rb"]["B"]
         deleted = frozenset(int(x) for x in item.get("dx", {}).get("NS", []))
         return Frame(
             first_seq=first,
@@ -413,7 +427,9 @@ class DynamoLogTailStore:
             payload_bytes=_i(item, "sz"),
         )
 
-    def read_frames(self, head: Head, after_seq: int, upto_seq: int, max_records: int) -> list[Frame]:
+    def read_frames(
+        self, head: Head, after_seq: int, upto_seq: int, max_records: int
+    ) -> list[Frame]:
         if upto_seq <= after_seq:
             return []  # empty range (the query below would fetch the frame keyed after_seq + 1)
         kwargs: dict[str, Any] = {
@@ -442,7 +458,7 @@ class DynamoLogTailStore:
                 break
             kwargs["ExclusiveStartKey"] = lek
             kwargs["Limit"] = min(kwargs["Limit"] * 2, 64)
-        if frames and frames[-1].last_seq >= upto_seq or upto_seq <= after_seq:
+        if (frames and frames[-1].last_seq >= upto_seq) or upto_seq <= after_seq:
             return frames
         # The frame holding upto_seq may end above it (frames are keyed by their last seq).
         kwargs.pop("ExclusiveStartKey", None)

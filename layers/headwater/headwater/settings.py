@@ -23,8 +23,6 @@ ENV_MAX_META_BYTES = "TOPICS_MAX_META_BYTES"
 ENV_MAX_TAG_BYTES = "TOPICS_MAX_TAG_BYTES"
 ENV_MAX_NODE_BYTES = "TOPICS_MAX_NODE_BYTES"
 ENV_MAX_LIMIT = "TOPICS_MAX_LIMIT"
-ENV_MAX_TOPICS = "TOPICS_MAX_TOPICS"
-ENV_MAX_TOTAL_BYTES = "TOPICS_MAX_TOTAL_BYTES"
 ENV_RESOURCE_PREFIX = "HEADWATER_RESOURCE_PREFIX"
 ENV_BUCKET = "HEADWATER_BUCKET"
 ENV_REGION = "AWS_REGION"
@@ -32,6 +30,7 @@ ENV_POLL_MS = "HEADWATER_POLL_INTERVAL_MS"
 ENV_GROUP_MAX_RECORDS = "HEADWATER_GROUP_COMMIT_MAX_RECORDS"
 ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
+ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"  # `make run`: fixed port for the embedded moto
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
 
@@ -69,8 +68,6 @@ class Limits:
     max_limit: int = 1000
     default_limit: int = 256
     max_wait_ms: int = 30_000
-    max_topics: int = 0  # 0 = unlimited
-    max_total_bytes: int = 0  # 0 = unlimited
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +112,6 @@ class Settings:
             max_tag_bytes=_int(e, ENV_MAX_TAG_BYTES, 256, 1),
             max_node_bytes=_int(e, ENV_MAX_NODE_BYTES, 128, 1),
             max_limit=_int(e, ENV_MAX_LIMIT, 1000, 1),
-            max_topics=_int(e, ENV_MAX_TOPICS, 0),
-            max_total_bytes=_int(e, ENV_MAX_TOTAL_BYTES, 0),
         )
         return cls(
             host=e.get(ENV_HOST, "127.0.0.1") or "127.0.0.1",

@@ -15,11 +15,9 @@ from headwater.dev.emulator import (
     external_endpoint_configured,
 )
 from headwater.errors import ConfigurationError
-from headwater.settings import Settings
+from headwater.settings import ENV_EMULATOR_PORT, Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
-
-ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"
 
 
 def main() -> int:

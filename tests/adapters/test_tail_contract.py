@@ -4,6 +4,7 @@ reads and deletes, run against every backend in conftest.BACKENDS."""
 from __future__ import annotations
 
 import dataclasses
+import struct
 
 import pytest
 from adapter_helpers import (
@@ -22,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from headwater.engine.records import FRAME_FORMAT_RAW, NewRecord, encode_records
 from headwater.errors import StorageUnavailable
+from headwater.settings import MAX_INLINE_FRAME_BYTES
 from headwater.storage.ports import (
     AppendRejected,
     DeleteCommit,
@@ -474,23 +476,29 @@ ENFORCES_TXN_ITEMS = {"moto": True, "ddblocal": True, "motoserver": True}
 LONG_TOPIC = "t" + "x" * 254  # the longest valid topic name (255)
 
 
+_NONE = 0xFFFFFFFF
+_ENTRY_BYTES = 20  # <IIIII: data, meta, node, tag lengths and size (engine/records.py)
+
+
 def _raw_blob(total: int) -> bytes:
-    """An uncompressed frame blob of exactly `total` bytes holding one record."""
-    shell = bytes([FRAME_FORMAT_RAW]) + b'[["",null,null,null,10]]'
-    body = "y" * (total - len(shell))
-    blob = bytes([FRAME_FORMAT_RAW]) + f'[["{body}",null,null,null,10]]'.encode()
+    """An uncompressed frame blob of exactly `total` bytes holding one record whose data is
+    a JSON string (built by hand, so the format is pinned here too)."""
+    data = b'"' + b"y" * (total - 1 - _ENTRY_BYTES - 2) + b'"'
+    entry = struct.pack("<IIIII", len(data), _NONE, _NONE, _NONE, 10)
+    blob = bytes([FRAME_FORMAT_RAW]) + entry + data
     assert len(blob) == total
     return blob
 
 
 def test_frame_just_under_the_spill_threshold_fits_an_item(backend: Backend) -> None:
-    threshold = backend.settings.spill_threshold_bytes
-    assert threshold == 300_000
+    # The largest spill threshold the settings accept must still fit a DynamoDB item.
+    threshold = MAX_INLINE_FRAME_BYTES
+    assert backend.settings.spill_threshold_bytes <= threshold
     head = create_topic(backend, LONG_TOPIC, 1)
     blob = _raw_blob(threshold)  # the largest blob the engine keeps inline
     after = append(backend, head, recs(1), blob=blob, tags=[TagEntry("z" * 256, 2, (2,))])
     frame = backend.tail.get_frames(after, [2])[2]
-    assert len(frame.records[0].data) == threshold - 25
+    assert len(frame.records[0].data) == threshold - 1 - _ENTRY_BYTES - 2
     # and the frame stays within the limit after record deletes grow it
     assert backend.tail.commit_delete(_delete(after, [FrameDelete(2, (2,), 10, 0)], 1, 10, 3))
 

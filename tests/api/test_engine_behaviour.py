@@ -4,6 +4,7 @@ sharing one transaction, and record deletes that span more frames than one trans
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Any
 
@@ -81,7 +82,7 @@ def test_tag_delete_spanning_more_frames_than_one_transaction(
         result = await engine.delete_records("big", None, TagMatch("drop", prefix=False))
         diff = await engine.diff("big", DiffRequest(limit=1000, include_tags=True))
         head = await engine.get_topic("big", touch=False)
-        return result.deleted, diff.records, head.count, head.earliest_seq
+        return result.deleted, [json.loads(r) for r in diff.records], head.count, head.earliest_seq
 
     deleted, records, count, earliest = asyncio.run(scenario())
     engine.close()

@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.engine.records import NewRecord, decode_records, encode_records
+from headwater.engine.records import (
+    FRAME_FORMAT_ZLIB,
+    NewRecord,
+    decode_records,
+    encode_records,
+)
 from headwater.errors import InvalidRequest
 from headwater.http.v0_parse import decode_cursor, encode_cursor
 from headwater.names import is_valid_topic_name, object_key_component
@@ -58,7 +63,7 @@ def test_frame_round_trips_any_records(recs: list[NewRecord], first: int, ts: in
 def test_large_frames_are_compressed_and_still_round_trip() -> None:
     recs = [NewRecord({"blob": "x" * 5000, "i": i}, size=5016) for i in range(50)]
     blob = encode_records(recs)
-    assert blob[0] == 2  # zlib format byte
+    assert blob[0] == FRAME_FORMAT_ZLIB
     assert len(blob) < 50 * 5000 // 10
     assert [r.data["i"] for r in decode_records(blob, 7, 1)] == list(range(50))
 

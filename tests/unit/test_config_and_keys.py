@@ -136,3 +136,11 @@ def test_settings_from_env_validates_numbers() -> None:
         Settings.from_env({"TOPICS_PORT": "eighty"})
     s = Settings.from_env({"TOPICS_MAX_BATCH_RECORDS": "5", "TOPICS_PORT": "4100"})
     assert s.limits.max_batch_records == 5 and s.port == 4100
+
+
+def test_spill_threshold_cannot_exceed_an_item() -> None:
+    from headwater.settings import MAX_INLINE_FRAME_BYTES
+
+    assert Settings.from_env({}).spill_threshold_bytes <= MAX_INLINE_FRAME_BYTES
+    with pytest.raises(ConfigurationError):
+        Settings.from_env({"HEADWATER_SPILL_THRESHOLD_BYTES": str(MAX_INLINE_FRAME_BYTES + 1)})

@@ -34,6 +34,13 @@ ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"  # `make run`: fixed port for the 
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
 
+# The largest frame kept inline in a DynamoDB item (items are capped at 400 KB; the adapter
+# contract tests prove this size commits on DynamoDB Local). Larger frames go to S3.
+MAX_INLINE_FRAME_BYTES = 300_000
+# Default spill point: above ~64 KB a transactional DynamoDB write (2 WRU per KB) costs far
+# more than one S3 PUT, and batches that large are throughput-, not latency-sensitive.
+DEFAULT_SPILL_BYTES = 64 * 1024
+
 
 def _int(env: Mapping[str, str], name: str, default: int, lo: int = 0) -> int:
     raw = env.get(name)
@@ -53,6 +60,15 @@ def _bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     if raw is None or raw == "":
         return default
     return raw.strip().lower() in TRUE_WORDS
+
+
+def _spill(env: Mapping[str, str]) -> int:
+    value = _int(env, ENV_SPILL_BYTES, DEFAULT_SPILL_BYTES, 1024)
+    if value > MAX_INLINE_FRAME_BYTES:
+        raise ConfigurationError(
+            f"{ENV_SPILL_BYTES} must be <= {MAX_INLINE_FRAME_BYTES} (DynamoDB's item limit)"
+        )
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +99,7 @@ class Settings:
     poll_interval_ms: int = 200
     group_commit_max_records: int = 10_000
     frame_cache_bytes: int = 128 << 20
-    spill_threshold_bytes: int = 300_000
+    spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -125,7 +141,7 @@ class Settings:
             poll_interval_ms=_int(e, ENV_POLL_MS, 200, 10),
             group_commit_max_records=_int(e, ENV_GROUP_MAX_RECORDS, 10_000, 1),
             frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 128 << 20, 0),
-            spill_threshold_bytes=_int(e, ENV_SPILL_BYTES, 300_000, 1024),
+            spill_threshold_bytes=_spill(e),
             limits=limits,
         )
 

@@ -26,8 +26,8 @@ class FrameCache:
 
     @staticmethod
     def _cost(frame: Frame) -> int:
-        # Decoded Python objects cost a few times their encoded size.
-        return frame.payload_bytes * 3 + 256 * len(frame.records)
+        # Records hold their JSON as bytes: the payload plus a small object per record.
+        return frame.payload_bytes + 160 * len(frame.records)
 
     def put(self, log_key: str, frame: Frame, del_ver: int) -> None:
         if self._max <= 0:

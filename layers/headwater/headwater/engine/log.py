@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from headwater.engine import config as topic_config
 from headwater.engine.cache import FrameCache
 from headwater.engine.notifier import Notifier
-from headwater.engine.records import Frame, NewRecord, StoredRecord, encode_records
+from headwater.engine.records import Frame, NewRecord, encode_records, json_literal, stored
 from headwater.engine.values import (
     AppendRequest,
     AppendResult,
@@ -425,10 +425,7 @@ class LogEngine:
             first_seq=first,
             last_seq=last,
             ts=now,
-            records=[
-                StoredRecord(first + k, now, r.data, r.node, r.tag, r.meta, r.size)
-                for k, r in enumerate(records)
-            ],
+            records=[stored(r, first + k, now) for k, r in enumerate(records)],
             payload_bytes=payload,
         )
         self.cache.put(committed.log_key, frame, committed.del_ver)
@@ -500,10 +497,15 @@ class LogEngine:
         if start >= head.head_seq:
             return DiffResult([], max(req.from_seq, head.head_seq), head, 0)
         frames = self._frames_after(head, start, req.limit)
-        nodes = req.nodes if head.config.get("dedupe_node", True) else frozenset()
+        # Compare stored JSON literals: no per-record decoding on the read path.
+        nodes = (
+            frozenset(json_literal(n) for n in req.nodes)
+            if head.config.get("dedupe_node", True)
+            else frozenset()
+        )
         ttl = int(head.config.get("ttl_ms", 0))
         expired_before = self.clock() - ttl if ttl > 0 else 0
-        out: list[dict[str, Any]] = []
+        out: list[bytes] = []
         budget = req.max_bytes
         scan_cap = max(req.limit * 8, 1024)
         scanned = 0
@@ -523,11 +525,11 @@ class LogEngine:
                 last_examined = rec.seq
                 if rec.seq in frame.deleted or rec.seq < head.earliest_seq:
                     continue
-                if rec.node is not None and rec.node in nodes:
+                if rec.node_json is not None and rec.node_json in nodes:
                     continue
                 if rec.ts < expired_before:
                     continue
-                out.append(render_record(rec, req.include_tags, req.include_meta))
+                out.append(rec.render(req.include_tags, req.include_meta))
                 budget -= rec.size
             if done:
                 break
@@ -687,18 +689,6 @@ class LogEngine:
                 head, [TagEntry(t, last, tuple(s)) for t, s in tags.items()]
             )
             self.heads.clear_tag_pending(head, last)
-
-
-def render_record(rec: StoredRecord, include_tags: bool, include_meta: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"$seq": rec.seq, "$ts": rec.ts}
-    if rec.node is not None:
-        out["$node"] = rec.node
-    if include_tags and rec.tag is not None:
-        out["$tag"] = rec.tag
-    out["data"] = rec.data
-    if include_meta and rec.meta is not None:
-        out["meta"] = rec.meta
-    return out
 
 
 def idem_hit_result(hit: IdemHit, head: Head) -> AppendResult:

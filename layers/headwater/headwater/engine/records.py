@@ -1,41 +1,103 @@
 """Records and frames. A frame is the unit of commit: the records of one group commit with
-contiguous seqs, packed into one DynamoDB item (or one S3 object when large)."""
+contiguous seqs, packed into one DynamoDB item (or one S3 object when large).
+
+Payloads stay JSON text end to end: a record's `data` and `meta` are serialized once when
+the append is parsed, stored as raw UTF-8 JSON inside the frame, and spliced verbatim into
+read responses. Reads never decode and re-encode payloads.
+
+Frame body layout (format 3 = raw, 4 = zlib of the same), one entry per record:
+    <IIIII  data_len, meta_len, node_len, tag_len (NONE = 0xFFFFFFFF: absent), size
+    data bytes, meta bytes, node bytes, tag bytes
+node and tag are stored as JSON string literals (quotes included), ready to splice."""
 
 from __future__ import annotations
 
 import json
+import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-FRAME_FORMAT_RAW = 1
-FRAME_FORMAT_ZLIB = 2
-_COMPRESS_OVER = 2048
+FRAME_FORMAT_RAW = 3
+FRAME_FORMAT_ZLIB = 4
+_COMPRESS_OVER = 4096
+_ENTRY = struct.Struct("<IIIII")
+_NONE = 0xFFFFFFFF
 
 # Bytes of framing charged per record in count/bytes accounting (seq, ts, lengths).
 RECORD_OVERHEAD_BYTES = 16
 
+_encode_json_str = json.encoder.encode_basestring  # C-accelerated, non-ASCII kept
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def json_literal(text: str) -> bytes:
+    return _encode_json_str(text).encode()
+
 
 @dataclass(frozen=True, slots=True)
 class NewRecord:
-    """A record as written: data is the parsed JSON value (stored verbatim)."""
+    """A record as written. `data_raw`/`meta_raw` carry the JSON text when the caller has
+    already serialized it (the HTTP layer does, to measure sizes); otherwise it is made here."""
 
     data: Any
     node: str | None = None
     tag: str | None = None
     meta: dict[str, Any] | None = None
     size: int = 0  # accounted bytes: encoded data + meta + tag + node + framing
+    data_raw: bytes | None = None
+    meta_raw: bytes | None = None
+
+    def raw_data(self) -> bytes:
+        return self.data_raw if self.data_raw is not None else dumps(self.data).encode()
+
+    def raw_meta(self) -> bytes | None:
+        if self.meta is None:
+            return None
+        return self.meta_raw if self.meta_raw is not None else dumps(self.meta).encode()
 
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
     seq: int
     ts: int
-    data: Any
-    node: str | None
-    tag: str | None
-    meta: dict[str, Any] | None
+    data_raw: bytes
+    node_json: bytes | None  # JSON string literal
+    tag_json: bytes | None
+    meta_raw: bytes | None
     size: int
+
+    @property
+    def data(self) -> Any:
+        return json.loads(self.data_raw)
+
+    @property
+    def meta(self) -> Any:
+        return None if self.meta_raw is None else json.loads(self.meta_raw)
+
+    @property
+    def node(self) -> str | None:
+        return None if self.node_json is None else str(json.loads(self.node_json))
+
+    @property
+    def tag(self) -> str | None:
+        return None if self.tag_json is None else str(json.loads(self.tag_json))
+
+    def render(self, include_tags: bool, include_meta: bool) -> bytes:
+        """The record as the JSON object every read surface returns ($-metadata first)."""
+        parts = [b'{"$seq":%d,"$ts":%d' % (self.seq, self.ts)]
+        if self.node_json is not None:
+            parts.append(b',"$node":' + self.node_json)
+        if include_tags and self.tag_json is not None:
+            parts.append(b',"$tag":' + self.tag_json)
+        parts.append(b',"data":' + self.data_raw)
+        if include_meta and self.meta_raw is not None:
+            parts.append(b',"meta":' + self.meta_raw)
+        parts.append(b"}")
+        return b"".join(parts)
 
 
 @dataclass(slots=True)
@@ -52,38 +114,95 @@ class Frame:
     payload_bytes: int = 0
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def encoded_size(data_json: str, meta_json: str | None, tag: str | None, node: str | None) -> int:
+def encoded_size(data_raw: bytes, meta_raw: bytes | None, tag: str | None, node: str | None) -> int:
     return (
-        len(data_json.encode())
-        + (len(meta_json.encode()) if meta_json else 0)
+        len(data_raw)
+        + (len(meta_raw) if meta_raw else 0)
         + (len(tag.encode()) if tag else 0)
         + (len(node.encode()) if node else 0)
         + RECORD_OVERHEAD_BYTES
     )
 
 
+def stored(rec: NewRecord, seq: int, ts: int) -> StoredRecord:
+    return StoredRecord(
+        seq,
+        ts,
+        rec.raw_data(),
+        None if rec.node is None else json_literal(rec.node),
+        None if rec.tag is None else json_literal(rec.tag),
+        rec.raw_meta(),
+        rec.size,
+    )
+
+
 def encode_records(records: list[NewRecord]) -> bytes:
-    rows = [[r.data, r.node, r.tag, r.meta, r.size] for r in records]
-    raw = _dumps(rows).encode()
+    pack = _ENTRY.pack
+    chunks: list[bytes] = []
+    for r in records:
+        data = r.raw_data()
+        meta = r.raw_meta()
+        node = None if r.node is None else json_literal(r.node)
+        tag = None if r.tag is None else json_literal(r.tag)
+        chunks.append(
+            pack(
+                len(data),
+                _NONE if meta is None else len(meta),
+                _NONE if node is None else len(node),
+                _NONE if tag is None else len(tag),
+                r.size,
+            )
+        )
+        chunks.append(data)
+        if meta is not None:
+            chunks.append(meta)
+        if node is not None:
+            chunks.append(node)
+        if tag is not None:
+            chunks.append(tag)
+    raw = b"".join(chunks)
     if len(raw) > _COMPRESS_OVER:
-        return bytes([FRAME_FORMAT_ZLIB]) + zlib.compress(raw, 1)
+        packed = zlib.compress(raw, 1)
+        if len(packed) < len(raw) * 0.9:  # keep zlib only where it pays
+            return bytes([FRAME_FORMAT_ZLIB]) + packed
     return bytes([FRAME_FORMAT_RAW]) + raw
 
 
 def decode_records(blob: bytes, first_seq: int, ts: int) -> list[StoredRecord]:
     if not blob:
         raise ValueError("empty frame blob")
-    fmt, body = blob[0], blob[1:]
+    fmt = blob[0]
     if fmt == FRAME_FORMAT_ZLIB:
-        body = zlib.decompress(body)
-    elif fmt != FRAME_FORMAT_RAW:
+        body = zlib.decompress(memoryview(blob)[1:])
+    elif fmt == FRAME_FORMAT_RAW:
+        body = bytes(memoryview(blob)[1:])
+    else:
         raise ValueError(f"unknown frame format {fmt}")
-    rows = json.loads(body)
-    return [
-        StoredRecord(first_seq + i, ts, row[0], row[1], row[2], row[3], row[4])
-        for i, row in enumerate(rows)
-    ]
+    unpack = _ENTRY.unpack_from
+    head = _ENTRY.size
+    out: list[StoredRecord] = []
+    pos = 0
+    seq = first_seq
+    end = len(body)
+    while pos < end:
+        dlen, mlen, nlen, tlen, size = unpack(body, pos)
+        pos += head
+        data = body[pos : pos + dlen]
+        pos += dlen
+        meta = None
+        if mlen != _NONE:
+            meta = body[pos : pos + mlen]
+            pos += mlen
+        node = None
+        if nlen != _NONE:
+            node = body[pos : pos + nlen]
+            pos += nlen
+        tag = None
+        if tlen != _NONE:
+            tag = body[pos : pos + tlen]
+            pos += tlen
+        out.append(StoredRecord(seq, ts, data, node, tag, meta, size))
+        seq += 1
+    if pos != end:
+        raise ValueError("truncated frame")
+    return out

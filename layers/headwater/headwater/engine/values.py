@@ -49,7 +49,7 @@ class Tombstone:
 
 @dataclass(frozen=True, slots=True)
 class DiffResult:
-    records: list[dict[str, Any]]
+    records: list[bytes]  # each a rendered JSON object (see StoredRecord.render)
     next_from_seq: int
     head: Head
     scanned: int

@@ -43,12 +43,19 @@ def json_response(
     *,
     perf: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    raw: dict[str, bytes] | None = None,
 ) -> Response:
+    """`raw` fields are already-encoded JSON values spliced in verbatim (record payloads are
+    stored as JSON text and never re-encoded)."""
     performance = {"server_total_ms": elapsed_ms(request)}
     if perf:
         performance.update(perf)
     body["performance"] = performance
-    return Response(dumps(body), status, headers=headers, media_type="application/json")
+    encoded = dumps(body)
+    if raw:
+        spliced = b",".join(dumps(k) + b":" + v for k, v in raw.items())
+        encoded = b"{" + spliced + b"," + encoded[1:]
+    return Response(encoded, status, headers=headers, media_type="application/json")
 
 
 def error_body(exc: HeadwaterError) -> dict[str, Any]:

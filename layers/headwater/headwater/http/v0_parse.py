@@ -135,7 +135,7 @@ def parse_append(
         if node is None:
             node = batch_node
         meta = rec.get("meta")
-        meta_json: str | None = None
+        meta_raw: bytes | None = None
         if meta is not None:
             if not isinstance(meta, dict):
                 raise InvalidRequest(f"{where}meta must be an object", detail={"index": i})
@@ -143,21 +143,21 @@ def parse_append(
                 raise InvalidRequest(
                     f"{where}meta has more than {limits.max_meta_keys} keys", detail={"index": i}
                 )
-            meta_json = _dumps(meta)
-            if len(meta_json.encode()) > limits.max_meta_bytes:
+            meta_raw = _dumps(meta).encode()
+            if len(meta_raw) > limits.max_meta_bytes:
                 raise InvalidRequest(
                     f"{where}meta exceeds {limits.max_meta_bytes} bytes", detail={"index": i}
                 )
-        data_json = _dumps(rec["data"])
-        payload = len(data_json.encode()) + (len(meta_json.encode()) if meta_json else 0)
+        data_raw = _dumps(rec["data"]).encode()
+        payload = len(data_raw) + (len(meta_raw) if meta_raw else 0)
         if payload > limits.max_record_bytes:
             raise RecordTooLarge(
                 f"records[{i}] data+meta is {payload} bytes; the limit is "
                 f"{limits.max_record_bytes}",
                 detail={"index": i, "max_bytes": limits.max_record_bytes},
             )
-        size = encoded_size(data_json, meta_json, tag, node)
-        out.append(NewRecord(rec["data"], node, tag, meta, size))
+        size = encoded_size(data_raw, meta_raw, tag, node)
+        out.append(NewRecord(None, node, tag, meta, size, data_raw, meta_raw))
     return AppendRequest(out, key, create, patch)
 
 

@@ -461,7 +461,7 @@ class DynamoLogTailStore:
                 ":hi": _n(max(upto_seq, after_seq + 1)),
             },
             "ConsistentRead": True,
-            "Limit": 4,
+            "Limit": 8,
         }
         frames: list[Frame] = []
         got = 0

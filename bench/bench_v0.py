@@ -12,6 +12,7 @@ client: httpx.AsyncClient costs ~2 ms CPU per request, which on 2 cores starves 
 Workloads (1 KB records: JSON `{"p": "<1016 base64 chars>"}`, random, so frames compress
 only ~25%: a worst case for storage cost):
 - append-bN: 4 concurrent clients, each appending batches of N to its own topic.
+- append-b100x16: 16 concurrent clients appending batches of 100 to ONE topic.
 - append-1x32: 32 concurrent clients appending one record each to ONE topic (group commit).
 - diff / diff-cold: one reader reads a 100k-record topic (written in batches of 100) end to
   end with limit=1000, through the server that wrote it (frame cache on) and through a fresh
@@ -311,7 +312,14 @@ class BenchServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60) -> BenchServer:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.server"], cwd=REPO, env=self.env)
+        from headwater.dev.emulator import die_with_parent
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.server"],
+            cwd=REPO,
+            env=self.env,
+            preexec_fn=die_with_parent,
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -479,6 +487,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 1,
                 duration,
                 False,
+                Target("records_per_s", 20_000, ">= 20,000 rec/s"),
+            ),
+            # The same batches from 16 producers on one topic: group commit folds concurrent
+            # batches into one S3 object + one transaction, so throughput is not bounded by
+            # each client's round trip.
+            append_workload(
+                "append-b100x16",
+                100,
+                16,
+                2,
+                duration,
+                True,
                 Target("records_per_s", 20_000, ">= 20,000 rec/s"),
             ),
             append_workload("append-b1000", 1000, 4, 1, duration, False, None),

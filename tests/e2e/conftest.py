@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from headwater.dev.emulator import MotoServer, free_port
+from headwater.dev.emulator import MotoServer, die_with_parent, free_port
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
@@ -66,6 +66,7 @@ class Cluster:
             env=self.env(TOPICS_HOST="127.0.0.1", TOPICS_PORT=str(port), **extra_env),
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         log.close()
         server = ServerProcess(f"http://127.0.0.1:{port}", proc, log_path)

@@ -19,7 +19,14 @@ from typing import Any, TypeVar
 from headwater.engine import config as topic_config
 from headwater.engine.cache import FrameCache
 from headwater.engine.notifier import Notifier
-from headwater.engine.records import Frame, NewRecord, encode_records, json_literal, stored
+from headwater.engine.records import (
+    Frame,
+    NewRecord,
+    compress_frame,
+    encode_records,
+    json_literal,
+    stored,
+)
 from headwater.engine.values import (
     AppendRequest,
     AppendResult,
@@ -348,6 +355,8 @@ class LogEngine:
                 f"{SPILL_PREFIX}{object_key_component(topic)}/{epoch}/{last}-{uuid.uuid4().hex}"
             )
             self.blobs.put(spill_key, blob)
+        else:
+            blob = compress_frame(blob)
 
         tags: dict[str, list[int]] = {}
         for offset, rec in enumerate(records):

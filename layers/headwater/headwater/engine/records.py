@@ -18,6 +18,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from headwater import jsoncodec
+
 FRAME_FORMAT_RAW = 3
 FRAME_FORMAT_ZLIB = 4
 _COMPRESS_OVER = 4096
@@ -28,10 +30,6 @@ _NONE = 0xFFFFFFFF
 RECORD_OVERHEAD_BYTES = 16
 
 _encode_json_str = json.encoder.encode_basestring  # C-accelerated, non-ASCII kept
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def json_literal(text: str) -> bytes:
@@ -52,12 +50,12 @@ class NewRecord:
     meta_raw: bytes | None = None
 
     def raw_data(self) -> bytes:
-        return self.data_raw if self.data_raw is not None else dumps(self.data).encode()
+        return self.data_raw if self.data_raw is not None else jsoncodec.dumps(self.data)
 
     def raw_meta(self) -> bytes | None:
         if self.meta is None:
             return None
-        return self.meta_raw if self.meta_raw is not None else dumps(self.meta).encode()
+        return self.meta_raw if self.meta_raw is not None else jsoncodec.dumps(self.meta)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +158,19 @@ def encode_records(records: list[NewRecord]) -> bytes:
             chunks.append(node)
         if tag is not None:
             chunks.append(tag)
-    raw = b"".join(chunks)
-    if len(raw) > _COMPRESS_OVER:
-        packed = zlib.compress(raw, 1)
-        if len(packed) < len(raw) * 0.9:  # keep zlib only where it pays
-            return bytes([FRAME_FORMAT_ZLIB]) + packed
-    return bytes([FRAME_FORMAT_RAW]) + raw
+    return bytes([FRAME_FORMAT_RAW]) + b"".join(chunks)
+
+
+def compress_frame(blob: bytes) -> bytes:
+    """zlib a raw frame when that saves at least 10%. Worth it for frames stored in DynamoDB
+    items (billed per KB); frames spilled to S3 are stored raw (a PUT costs the same at any
+    size, and zlib costs ~20 ms of CPU per MB)."""
+    if blob[0] != FRAME_FORMAT_RAW or len(blob) <= _COMPRESS_OVER:
+        return blob
+    packed = zlib.compress(memoryview(blob)[1:], 1)
+    if len(packed) < (len(blob) - 1) * 0.9:
+        return bytes([FRAME_FORMAT_ZLIB]) + packed
+    return blob
 
 
 def decode_records(blob: bytes, first_seq: int, ts: int) -> list[StoredRecord]:

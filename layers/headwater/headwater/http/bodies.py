@@ -4,29 +4,17 @@ Content-Type (415), and strict JSON (400)."""
 from __future__ import annotations
 
 import gzip
-import json
-import math
 import zlib
 from typing import Any
 
 from starlette.requests import Request
 
+from headwater import jsoncodec
 from headwater.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"number {text} is out of range")
-    return value
-
-
 def loads_strict(raw: bytes | str) -> Any:
-    return json.loads(raw, parse_constant=_reject_constant, parse_float=_parse_float)
+    return jsoncodec.loads(raw.encode() if isinstance(raw, str) else raw)
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -10,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from headwater import jsoncodec
 from headwater.errors import HeadwaterError
 
 T0_KEY = "headwater.t0"
@@ -33,7 +33,7 @@ def elapsed_ms(request: Request) -> float:
 
 
 def dumps(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return jsoncodec.dumps(body)
 
 
 def json_response(

@@ -8,6 +8,7 @@ import binascii
 import json
 from typing import Any
 
+from headwater import jsoncodec
 from headwater.engine.config import validate_config_patch
 from headwater.engine.records import NewRecord, encoded_size
 from headwater.engine.values import AppendRequest, DiffRequest, TagMatch
@@ -85,10 +86,6 @@ def _opt_str(obj: dict[str, Any], name: str, max_bytes: int, where: str) -> str 
     return v
 
 
-def _dumps(v: Any) -> str:
-    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-
-
 def parse_append(
     body: Any, limits: Limits, header_idempotency_key: str | None, topic: str
 ) -> AppendRequest:
@@ -143,12 +140,12 @@ def parse_append(
                 raise InvalidRequest(
                     f"{where}meta has more than {limits.max_meta_keys} keys", detail={"index": i}
                 )
-            meta_raw = _dumps(meta).encode()
+            meta_raw = jsoncodec.dumps(meta)
             if len(meta_raw) > limits.max_meta_bytes:
                 raise InvalidRequest(
                     f"{where}meta exceeds {limits.max_meta_bytes} bytes", detail={"index": i}
                 )
-        data_raw = _dumps(rec["data"]).encode()
+        data_raw = jsoncodec.dumps(rec["data"])
         payload = len(data_raw) + (len(meta_raw) if meta_raw else 0)
         if payload > limits.max_record_bytes:
             raise RecordTooLarge(

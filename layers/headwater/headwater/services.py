@@ -88,8 +88,6 @@ class LazyServices:
                     keys = self._keys or KeyStore.parse(
                         load_api_keys(self._settings, self._parameter_name)
                     )
-                    if not keys.enabled:
-                        log.warning("auth is DISABLED: no API keys configured (dev mode)")
                     self._built = Services.build(self._settings, self._clients, keys)
         return self._built
 

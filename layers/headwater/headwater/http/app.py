@@ -18,7 +18,7 @@ from headwater.http.auth import KeyStore
 from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import TimingMiddleware
 from headwater.services import LazyServices
-from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
+from headwater.settings import ENV_API_KEYS, ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.clients import AwsClients
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ def create_app(
     keys = KeyStore.parse(settings.api_keys_raw) if settings.api_keys_raw else None
     if keys is None and parameter_name is None:
         keys = KeyStore([])
+        # Loud at boot (spec §0.2): a server with no keys is single-tenant dev mode.
+        log.warning("auth is DISABLED: no %s configured (dev mode)", ENV_API_KEYS)
     settings.check_bind(has_keys=bool(parameter_name) or (keys is not None and keys.enabled))
     lazy = LazyServices(settings, clients, keys, parameter_name)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -430,11 +431,26 @@ class DynamoLogTailStore:
         return {"Update": op}
 
     # --- reads --------------------------------------------------------------------------
-    def _frame_from_item(self, item: dict[str, Any]) -> Frame:
+    def _frames_from_items(self, items: list[dict[str, Any]]) -> list[Frame]:
+        """Decode frames; spilled frames are fetched from S3 concurrently, not one by one."""
+        spilled = [it["s3"]["S"] for it in items if "s3" in it]
+        blobs: dict[str, bytes] = {}
+        if len(spilled) > 1:
+            with ThreadPoolExecutor(max_workers=min(8, len(spilled))) as pool:
+                blobs = dict(zip(spilled, pool.map(self._blobs.get, spilled), strict=True))
+        return [self._frame_from_item(it, blobs) for it in items]
+
+    def _frame_from_item(
+        self, item: dict[str, Any], blobs: dict[str, bytes] | None = None
+    ) -> Frame:
         first = _i(item, "fs")
         last = _i(item, "sk")
         ts = _i(item, "ts")
-        blob = self._blobs.get(item["s3"]["S"]) if "s3" in item else item["rb"]["B"]
+        if "s3" in item:
+            key = item["s3"]["S"]
+            blob = (blobs or {}).get(key) or self._blobs.get(key)
+        else:
+            blob = item["rb"]["B"]
         deleted = frozenset(int(x) for x in item.get("dx", {}).get("NS", []))
         return Frame(
             first_seq=first,
@@ -463,22 +479,22 @@ class DynamoLogTailStore:
             "ConsistentRead": True,
             "Limit": 8,
         }
-        frames: list[Frame] = []
+        items: list[dict[str, Any]] = []
         got = 0
-        while True:
+        while got < max_records:
             resp = _call(self._ddb.query, **kwargs)
             for item in resp.get("Items", []):
-                f = self._frame_from_item(item)
-                frames.append(f)
-                got += f.last_seq - max(f.first_seq, after_seq + 1) + 1
+                items.append(item)
+                got += _i(item, "sk") - max(_i(item, "fs"), after_seq + 1) + 1
                 if got >= max_records:
-                    return frames
+                    break
             lek = resp.get("LastEvaluatedKey")
             if not lek:
                 break
             kwargs["ExclusiveStartKey"] = lek
             kwargs["Limit"] = min(kwargs["Limit"] * 2, 64)
-        if (frames and frames[-1].last_seq >= upto_seq) or upto_seq <= after_seq:
+        frames = self._frames_from_items(items)
+        if got >= max_records or (frames and frames[-1].last_seq >= upto_seq):
             return frames
         # The frame holding upto_seq may end above it (frames are keyed by their last seq).
         kwargs.pop("ExclusiveStartKey", None)

@@ -338,13 +338,9 @@ class BenchServer:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        from headwater.dev.emulator import stop_process
+
+        stop_process(self.proc, grace_s=15)
         self.proc = None
 
 

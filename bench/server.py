@@ -19,10 +19,10 @@ import os
 import sys
 
 import boto3
-import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from headwater.dev.server import serve
 from headwater.http.app import create_app
 from headwater.settings import Settings
 from headwater.storage import callcount
@@ -62,14 +62,7 @@ def main() -> int:
     if prof is not None:
         prof.enable()
     try:
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
+        serve(app, settings)
     finally:
         if prof is not None and profile_path:
             prof.disable()

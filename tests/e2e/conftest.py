@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from headwater.dev.emulator import MotoServer, die_with_parent, free_port
+from headwater.dev.emulator import MotoServer, die_with_parent, free_port, stop_process
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
@@ -32,15 +32,8 @@ class ServerProcess:
     proc: subprocess.Popen[bytes]
     log_path: str
 
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
+    def stop(self) -> int | None:
+        return stop_process(self.proc, grace_s=15)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from headwater.dev.emulator import die_with_parent, free_port
+from headwater.dev.emulator import die_with_parent, free_port, stop_process
 
 ENV_DDBLOCAL_DIR = "HEADWATER_DDBLOCAL_DIR"  # dir holding DynamoDBLocal.jar (or a parent of it)
 ENV_JAVA = "HEADWATER_JAVA"  # java binary (default: $JAVA_HOME/bin/java, then PATH)
@@ -232,13 +232,7 @@ class DynamoDBLocal:
         return self._log_path.read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
+        stop_process(self._proc)
         self._proc = None
         if self._log_path is not None:
             self._log_path.unlink(missing_ok=True)

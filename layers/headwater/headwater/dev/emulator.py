@@ -35,6 +35,20 @@ def die_with_parent() -> None:
         pass
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, grace_s: float = 10) -> int | None:
+    """SIGTERM, wait `grace_s`, then SIGKILL. Returns the exit code (None if no process)."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -82,13 +96,7 @@ class MotoServer:
         raise RuntimeError(f"moto server did not start on {self.url}")
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
+        stop_process(self._proc)
         self._proc = None
 
     def reset(self) -> None:

@@ -8,6 +8,7 @@ import os
 import sys
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from headwater.dev.emulator import (
     FAKE_CREDENTIALS,
@@ -18,6 +19,18 @@ from headwater.errors import ConfigurationError
 from headwater.settings import ENV_EMULATOR_PORT, Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
+
+
+def serve(app: ASGIApp, settings: Settings) -> None:
+    """Serve with uvicorn until SIGINT/SIGTERM (uvloop + httptools when installed)."""
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
 
 
 def main() -> int:
@@ -45,14 +58,7 @@ def main() -> int:
             log.error("refusing to start: %s", exc)
             return 2
         log.info("serving Headwater on http://%s:%d", settings.host, settings.port)
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
+        serve(app, settings)
     finally:
         if emulator is not None:
             emulator.stop()

@@ -195,3 +195,25 @@ def test_clear_tag_pending(backend: Backend) -> None:
     assert got is not None and got.tag_pending == {}
     backend.heads.clear_tag_pending(new_head("ghost"), 1)
     assert backend.heads.get("ghost") is None
+
+
+def test_get_many_returns_present_heads_in_one_call_per_hundred(backend: Backend) -> None:
+    # GIVEN live topics, a deleted marker, and names that never existed
+    for i in range(105):
+        _live(backend, f"m/{i:03d}")
+    full = dataclasses.replace(new_head("m/full", config={"k": [1]}), head_seq=9, count=9)
+    assert backend.heads.create(full, replacing=None)
+    gone = new_head("m/gone")
+    assert backend.heads.create(gone, replacing=None)
+    assert backend.heads.mark_deleted(gone, if_empty=True)
+    names = [f"m/{i:03d}" for i in range(105)] + ["m/full", "m/gone", "nope", "m/full"]
+    for consistent in (True, False):
+        # WHEN they are read together (duplicates allowed; over 100 names: paged)
+        got = backend.heads.get_many(names, consistent=consistent)
+        # THEN present topics (deleted markers included) come back keyed by name, each equal
+        # to its single read; absent names are left out
+        assert set(got) == set(names) - {"nope"}
+        assert got["m/full"] == full
+        assert got["m/gone"].deleted and got["m/gone"] == backend.heads.get("m/gone")
+        assert got["m/042"] == backend.heads.get("m/042")
+    assert backend.heads.get_many([]) == {}

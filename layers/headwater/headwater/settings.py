@@ -30,6 +30,8 @@ ENV_POLL_MS = "HEADWATER_POLL_INTERVAL_MS"
 ENV_GROUP_MAX_RECORDS = "HEADWATER_GROUP_COMMIT_MAX_RECORDS"
 ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
+ENV_MAX_WATCH_TOPICS = "TOPICS_MAX_WATCH_TOPICS"
+ENV_WATCH_SESSION_TTL_MS = "HEADWATER_WATCH_SESSION_TTL_MS"
 ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"  # `make run`: fixed port for the embedded moto
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
@@ -100,6 +102,8 @@ class Settings:
     group_commit_max_records: int = 10_000
     frame_cache_bytes: int = 128 << 20
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
+    max_watch_topics: int = 256
+    watch_session_ttl_ms: int = 300_000
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -142,6 +146,8 @@ class Settings:
             group_commit_max_records=_int(e, ENV_GROUP_MAX_RECORDS, 10_000, 1),
             frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 128 << 20, 0),
             spill_threshold_bytes=_spill(e),
+            max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),
+            watch_session_ttl_ms=_int(e, ENV_WATCH_SESSION_TTL_MS, 300_000, 1000),
             limits=limits,
         )
 

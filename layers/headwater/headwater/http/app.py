@@ -13,7 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
-from headwater.http import errors, probes, v0
+from headwater.http import errors, probes, v0, watch
 from headwater.http.auth import KeyStore
 from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import TimingMiddleware
@@ -58,6 +58,7 @@ def create_app(
     errors.install(app)
     app.include_router(probes.router)
     app.include_router(v0.router)
+    app.include_router(watch.router)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
     app.add_middleware(

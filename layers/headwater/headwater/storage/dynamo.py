@@ -120,6 +120,9 @@ class DynamoHeadStore:
         item = resp.get("Item")
         return head_from_item(item) if item else None
 
+    def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:
+        return self._batch_get(list(dict.fromkeys(topics)), consistent=consistent)
+
     def create(self, head: Head, *, replacing: Head | None) -> bool:
         if replacing is None:
             cond: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
@@ -210,13 +213,13 @@ class DynamoHeadStore:
         heads = self._batch_get(names[:limit])
         return [heads[n] for n in names[:limit] if n in heads and not heads[n].deleted]
 
-    def _batch_get(self, names: list[str]) -> dict[str, Head]:
+    def _batch_get(self, names: list[str], *, consistent: bool = True) -> dict[str, Head]:
         out: dict[str, Head] = {}
         for i in range(0, len(names), 100):
             request: dict[str, Any] = {
                 self._table: {
                     "Keys": [{"pk": _s(n)} for n in names[i : i + 100]],
-                    "ConsistentRead": True,
+                    "ConsistentRead": consistent,
                 }
             }
             while request:

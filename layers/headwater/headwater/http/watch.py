@@ -1,0 +1,187 @@
+"""/v0 watch (spec §7): POST /v0/watch creates a session, GET /v0/watch/:wid streams it as
+server-sent events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from headwater.engine.log import wall_ms
+from headwater.engine.watch import (
+    TopicRequest,
+    WatchEngine,
+    WatchEvent,
+    WatchSpec,
+    earliest_of,
+)
+from headwater.errors import InvalidRequest, NotAcceptable, NotFound, Unauthorized
+from headwater.http.bodies import read_json
+from headwater.http.responses import json_response
+from headwater.http.v0 import authorize, services
+from headwater.http.v0_parse import boolean, query_bool, require_object, u64
+from headwater.names import validate_topic_name
+from headwater.services import Services
+from headwater.settings import Limits
+from headwater.storage.sessions import DynamoSessionStore
+
+router = APIRouter()
+
+DEFAULT_BATCH_BYTES = 262_144
+SERVER_BATCH_BYTES = 1 << 20  # max_batch_bytes: 0
+MAX_BATCH_BYTES = 8 << 20
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
+
+
+def watch_engine(svc: Services) -> WatchEngine:
+    sessions = DynamoSessionStore(svc.clients.dynamodb, svc.settings)
+    return WatchEngine(svc.engine, sessions, svc.settings.watch_session_ttl_ms)
+
+
+def parse_watch(
+    body: Any, limits: Limits, max_topics: int
+) -> tuple[dict[str, TopicRequest], WatchSpec]:
+    body = require_object(body)
+    topics = body.get("topics")
+    if not isinstance(topics, dict) or not topics:
+        raise InvalidRequest(
+            "topics must be a non-empty object of topic -> options", detail={"field": "topics"}
+        )
+    if len(topics) > max_topics:
+        raise InvalidRequest(
+            f"too many topics (max {max_topics})",
+            detail={"field": "topics", "max": max_topics},
+        )
+    requested: dict[str, TopicRequest] = {}
+    for name, opts in topics.items():
+        validate_topic_name(name)
+        opts = {} if opts is None else opts
+        if not isinstance(opts, dict):
+            raise InvalidRequest(
+                f"topics[{name!r}] must be an object", detail={"field": f"topics.{name}"}
+            )
+        requested[name] = TopicRequest(u64(opts, "from_seq", 0), boolean(opts, "tail", False))
+    node = body.get("node")
+    if node is not None and (
+        not isinstance(node, str) or not node or len(node.encode()) > limits.max_node_bytes
+    ):
+        raise InvalidRequest(
+            f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",
+            detail={"field": "node"},
+        )
+    limit = u64(body, "limit", limits.default_limit)
+    limit = limits.default_limit if limit == 0 else min(limit, limits.max_limit)
+    batch = u64(body, "max_batch_bytes", DEFAULT_BATCH_BYTES)
+    batch = SERVER_BATCH_BYTES if batch == 0 else min(batch, MAX_BATCH_BYTES)
+    heartbeat = min(max(u64(body, "heartbeat_ms", 15_000), 1000), 60_000)
+    consistency = body.get("consistency", "eventual")
+    if consistency not in ("eventual", "strong"):
+        raise InvalidRequest(
+            'consistency must be "eventual" or "strong"', detail={"field": "consistency"}
+        )
+    spec = WatchSpec(
+        topics=(),
+        node=node,
+        limit=limit,
+        max_batch_bytes=batch,
+        heartbeat_ms=heartbeat,
+        include_meta=boolean(body, "include_meta", True),
+        include_tags=boolean(body, "include_tags", False),
+        include_data=boolean(body, "include_data", True),
+        consistency=str(consistency),
+    )
+    return requested, spec
+
+
+@router.post("/v0/watch")
+async def create_watch(request: Request) -> Response:
+    svc = services(request)
+    principal = authorize(request, svc, "read")
+    body = await read_json(request, svc.settings.limits.max_body_bytes)
+    requested, spec = parse_watch(body, svc.settings.limits, svc.settings.max_watch_topics)
+    for name in requested:
+        principal.require_name(name)  # the allowlist covers every body topic (403)
+    lenient = query_bool(request.query_params, "lenient", False)
+    wid, spec, heads = await watch_engine(svc).create(
+        requested,
+        spec,
+        key_id=principal.key_id,
+        scopes=principal.scopes,
+        auth=svc.keys.enabled,
+        lenient=lenient,
+    )
+    topics: dict[str, Any] = {}
+    for t in spec.topics:
+        head = heads[t.topic]
+        topics[t.topic] = {
+            "from_seq": t.from_seq,
+            "head_seq": head.head_seq,
+            "earliest_seq": earliest_of(head),
+        }
+    return json_response(
+        request,
+        {
+            "wid": wid,
+            "stream_url": f"/v0/watch/{wid}",
+            "session_ttl_ms": svc.settings.watch_session_ttl_ms,
+            "topics": topics,
+        },
+    )
+
+
+def accepts_event_stream(accept: str | None) -> bool:
+    if not accept:
+        return False
+    for part in accept.split(","):
+        media = part.split(";", 1)[0].strip().lower()
+        if media == "text/event-stream":
+            return True
+    return False
+
+
+def sse_frame(event: WatchEvent) -> bytes:
+    if event.name == "heartbeat":
+        return b": hb " + event.data + b"\n\n"
+    head = b"id: " + event.id.encode() + b"\n" if event.id is not None else b""
+    return head + b"event: " + event.name.encode() + b"\ndata: " + event.data + b"\n\n"
+
+
+@router.get("/v0/watch/{wid}")
+async def open_watch(wid: str, request: Request) -> Response:
+    svc = services(request)
+    if not accepts_event_stream(request.headers.get("accept")):
+        raise NotAcceptable("this stream needs Accept: text/event-stream")
+    principal = None
+    if svc.keys.enabled:
+        tokens = request.query_params.getlist("token")
+        principal = svc.keys.authenticate(
+            request.headers.get("authorization"), tokens[0] if tokens else None
+        )
+    watch = watch_engine(svc)
+    item = await watch.load(wid) if wid.startswith("wid_") else None
+    if item is None:
+        raise NotFound(f"watch session {wid!r} does not exist; POST /v0/watch again")
+    if principal is not None and principal.key_id != item.key_id:
+        # Defense in depth (spec §7.1): a leaked wid is useless without the creating key.
+        raise Unauthorized("this watch session belongs to a different api key")
+    if "read" not in item.scopes:
+        raise Unauthorized("the creating api key lacks read scope")
+    session = watch.resolve(item, request.headers.get("last-event-id"))
+
+    async def body() -> AsyncIterator[bytes]:
+        # retry and a first heartbeat at open (spec §7.5): headers and a byte go out at once.
+        yield b"retry: 2000\n\n: hb " + str(wall_ms()).encode() + b"\n\n"
+        async for event in watch.stream(session):
+            yield sse_frame(event)
+
+    return StreamingResponse(
+        body(),
+        headers=SSE_HEADERS,
+        media_type="text/event-stream; charset=utf-8",
+    )
+
+
+__all__ = ["router"]

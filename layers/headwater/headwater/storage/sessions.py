@@ -1,0 +1,104 @@
+"""DynamoDB adapter for watch sessions (the SESSIONS table: pk = wid, sk = "watch"). The
+DynamoDB TTL attribute is set to last access + session TTL, so an abandoned session is also
+removed by DynamoDB itself; readers treat a session past its TTL as gone (spec §7.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from headwater.errors import StorageUnavailable
+from headwater.settings import Settings
+from headwater.storage.ports import WatchSessionItem
+from headwater.storage.schema import SESSIONS
+
+WATCH_SK = "watch"
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _ttl_s(now_ms: int, ttl_ms: int) -> str:
+    return str((now_ms + ttl_ms) // 1000 + 1)
+
+
+class DynamoSessionStore:
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self._ddb = client
+        self._table = settings.table_name(SESSIONS.logical)
+
+    def _key(self, wid: str) -> dict[str, Any]:
+        return {"pk": {"S": wid}, "sk": {"S": WATCH_SK}}
+
+    def put(self, item: WatchSessionItem) -> None:
+        attrs: dict[str, Any] = {
+            **self._key(item.wid),
+            "kid": {"S": item.key_id},
+            "sc": {"S": "+".join(sorted(item.scopes))},
+            "au": {"BOOL": item.auth},
+            "spec": {"S": item.spec},
+            "la": {"N": str(item.last_access_ms)},
+            "tm": {"N": str(item.ttl_ms)},
+            "ttl": {"N": _ttl_s(item.last_access_ms, item.ttl_ms)},
+        }
+        if item.cursors is not None:
+            attrs["cur"] = {"S": item.cursors}
+        try:
+            self._ddb.put_item(TableName=self._table, Item=attrs)
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+
+    def get(self, wid: str) -> WatchSessionItem | None:
+        try:
+            resp = self._ddb.get_item(
+                TableName=self._table, Key=self._key(wid), ConsistentRead=True
+            )
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        it = resp.get("Item")
+        if not it:
+            return None
+        return WatchSessionItem(
+            wid=wid,
+            key_id=it["kid"]["S"],
+            scopes=frozenset(s for s in it["sc"]["S"].split("+") if s),
+            auth=bool(it["au"]["BOOL"]),
+            spec=it["spec"]["S"],
+            cursors=it["cur"]["S"] if "cur" in it else None,
+            last_access_ms=int(it["la"]["N"]),
+            ttl_ms=int(it["tm"]["N"]),
+        )
+
+    def save_cursors(self, wid: str, cursors: str | None, now_ms: int, ttl_ms: int) -> bool:
+        """Record the delivered cursors and refresh the last access. False if the session no
+        longer exists (it was reclaimed): an update never recreates it."""
+        sets = ["la = :la", "#t = :ttl"]
+        values: dict[str, Any] = {
+            ":la": {"N": str(now_ms)},
+            ":ttl": {"N": _ttl_s(now_ms, ttl_ms)},
+        }
+        if cursors is not None:
+            sets.append("cur = :cur")
+            values[":cur"] = {"S": cursors}
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(wid),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#t": "ttl"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return True
+
+    def delete(self, wid: str) -> None:
+        try:
+            self._ddb.delete_item(TableName=self._table, Key=self._key(wid))
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc

@@ -9,12 +9,14 @@ import time
 from dataclasses import dataclass, field
 
 from headwater.engine.log import LogEngine
+from headwater.engine.routers import RouterEngine
 from headwater.errors import ConfigurationError
 from headwater.http.auth import KeyStore
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.routers import DynamoRouterStore
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class Services:
     clients: AwsClients
     engine: LogEngine
     keys: KeyStore
+    routers: RouterEngine
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
 
@@ -52,7 +55,12 @@ class Services:
         heads = DynamoHeadStore(clients.dynamodb, settings)
         tail = DynamoLogTailStore(clients.dynamodb, settings, blobs)
         engine = LogEngine(heads, tail, blobs, settings)
-        return cls(settings, clients, engine, keys)
+        routers = RouterEngine(
+            engine,
+            DynamoRouterStore(clients.dynamodb, settings),
+            poll_s=settings.poll_interval_ms / 1000,
+        )
+        return cls(settings, clients, engine, keys, routers)
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)

@@ -13,7 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
-from headwater.http import errors, probes, v0, watch
+from headwater.http import errors, probes, routers, v0, watch
 from headwater.http.auth import KeyStore
 from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import TimingMiddleware
@@ -41,10 +41,15 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # A serving process (uvicorn: local, or the streaming Lambda behind the Web Adapter)
+        # forwards for routers from boot. Mangum runs with lifespan off, so the buffered
+        # Lambda never starts this background work.
+        lazy.get().routers.ensure_running()
         yield
         built = lazy.built
         if built is not None:
             built.shutting_down = True
+            await built.routers.stop()
             built.engine.close()
 
     app = FastAPI(
@@ -59,6 +64,7 @@ def create_app(
     app.include_router(probes.router)
     app.include_router(v0.router)
     app.include_router(watch.router)
+    app.include_router(routers.router)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
     app.add_middleware(

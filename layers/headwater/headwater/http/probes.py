@@ -73,7 +73,7 @@ async def _snapshot(
     truncated = more or len(heads) > PER_TOPIC_LIMIT
     gauges: dict[str, float] = {
         "topics_topics": await svc.engine.count_topics() if more else len(heads),
-        "topics_routers": 0,
+        "topics_routers": len(await svc.routers.list_all()),
         "topics_records_live": sum(h.count for h in heads),
         "topics_bytes_live": sum(h.bytes for h in heads),
         "topics_queue_topics": sum(1 for h in heads if h.config.get("type") == "queue"),

@@ -148,8 +148,8 @@ async def delete_topic(topic: str, request: Request) -> Response:
     validate_topic_name(topic)
     if_empty = query_bool(request.query_params, "if_empty", False)
     deleted = await svc.engine.delete_topic(topic, if_empty=if_empty)
-    # Routers arrive with the live-delivery issue; nothing can reference a topic yet.
-    return json_response(request, {"topic": topic, "deleted": deleted, "routers_removed": []})
+    removed = await svc.routers.remove_for_topic(topic)  # spec §1.4: the cascade
+    return json_response(request, {"topic": topic, "deleted": deleted, "routers_removed": removed})
 
 
 @router.post("/v0/topics/{topic}")

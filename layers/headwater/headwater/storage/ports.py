@@ -165,3 +165,29 @@ class SessionStore(Protocol):
     def get(self, wid: str) -> WatchSessionItem | None: ...
     def save_cursors(self, wid: str, cursors: str | None, now_ms: int, ttl_ms: int) -> bool: ...
     def delete(self, wid: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouterItem:
+    """A stored router (spec §6): its definition, durable cursor (last source seq handled)
+    and forwarded count. `filter` is the validated tuple as given, or None."""
+
+    name: str
+    source: str
+    dest: str
+    preserve_node: bool = True
+    preserve_tag: bool = True
+    create_dest: bool = True
+    filter: tuple[str, ...] | None = None
+    allow_cycle: bool = False
+    guarantee: str = "at_least_once"
+    cursor: int = 0
+    forwarded_total: int = 0
+
+
+class RouterStore(Protocol):
+    def list_all(self) -> list[RouterItem]: ...  # strongly consistent, ordered by name
+    def get(self, name: str) -> RouterItem | None: ...
+    def put(self, item: RouterItem) -> None: ...  # definition only; keeps cursor and count
+    def delete(self, name: str) -> bool: ...
+    def advance(self, name: str, expected_cursor: int, cursor: int, forwarded: int) -> bool: ...

@@ -1,0 +1,182 @@
+"""/v0 routers surface (spec §6): PUT/GET/list/DELETE /v0/routers. Forwarding itself runs
+in the engine (RouterEngine); every router call here makes sure this process's forwarder
+is running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from headwater.errors import InvalidRequest
+from headwater.http.bodies import read_json
+from headwater.http.responses import json_response
+from headwater.http.v0 import authorize, services
+from headwater.http.v0_parse import (
+    boolean,
+    decode_cursor,
+    encode_cursor,
+    parse_match,
+    query_int,
+    require_object,
+)
+from headwater.names import ROUTER_NAME_RE, is_valid_topic_name
+from headwater.storage.ports import RouterItem
+
+router = APIRouter()
+
+GUARANTEES = ("at_least_once", "exactly_once")
+
+
+def validate_router_name(name: str) -> None:
+    if not ROUTER_NAME_RE.fullmatch(name):
+        raise InvalidRequest(
+            f"invalid router name {name!r}: must match ^[A-Za-z0-9][A-Za-z0-9._:>-]{{0,254}}$",
+            detail={"router": name},
+        )
+
+
+def _topic_field(body: dict[str, Any], field: str) -> str:
+    value = body.get(field)
+    if value is None:
+        raise InvalidRequest(f"{field} is required", detail={"field": field})
+    if not isinstance(value, str) or not is_valid_topic_name(value):
+        raise InvalidRequest(f"{field} must be a valid topic name", detail={"field": field})
+    return value
+
+
+def parse_filter(raw: Any) -> tuple[str, ...] | None:
+    try:
+        match = parse_match(raw)
+    except InvalidRequest as exc:
+        raise InvalidRequest(exc.message, detail={"field": "filter"}) from exc
+    if match is None:
+        return None
+    if match.prefix:
+        return ("tag", "Glob", match.value + "*")
+    return ("tag", "Eq", match.value)
+
+
+def parse_router(name: str, body: Any) -> RouterItem:
+    body = require_object(body)
+    source = _topic_field(body, "source")
+    dest = _topic_field(body, "dest")
+    if source == dest:
+        raise InvalidRequest("source and dest must differ", detail={"field": "dest"})
+    guarantee = body.get("guarantee", "at_least_once")
+    if guarantee not in GUARANTEES:
+        raise InvalidRequest(
+            'guarantee must be "at_least_once" or "exactly_once"',
+            detail={"field": "guarantee"},
+        )
+    return RouterItem(
+        name=name,
+        source=source,
+        dest=dest,
+        preserve_node=boolean(body, "preserve_node", True),
+        preserve_tag=boolean(body, "preserve_tag", True),
+        create_dest=boolean(body, "create_dest", True),
+        filter=parse_filter(body.get("filter")),
+        allow_cycle=boolean(body, "allow_cycle", False),
+        guarantee=str(guarantee),
+    )
+
+
+def definition_body(item: RouterItem) -> dict[str, Any]:
+    return {
+        "source": item.source,
+        "dest": item.dest,
+        "preserve_node": item.preserve_node,
+        "preserve_tag": item.preserve_tag,
+        "filter": list(item.filter) if item.filter is not None else None,
+        "allow_cycle": item.allow_cycle,
+        "guarantee": item.guarantee,
+    }
+
+
+@router.put("/v0/routers/{name}")
+async def put_router(name: str, request: Request) -> Response:
+    svc = services(request)
+    principal = authorize(request, svc, "admin", name=name)
+    validate_router_name(name)
+    body = await read_json(request, svc.settings.limits.max_body_bytes)
+    item = parse_router(name, body)
+    principal.require_name(item.source)
+    principal.require_name(item.dest)
+    svc.routers.ensure_running()
+    stored, created = await svc.routers.put(item)
+    return json_response(
+        request,
+        {"router": name, "created": created, **definition_body(stored)},
+        201 if created else 200,
+    )
+
+
+@router.get("/v0/routers/{name}")
+async def get_router(name: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "read", name=name)
+    validate_router_name(name)
+    svc.routers.ensure_running()
+    item = await svc.routers.get(name)
+    return json_response(
+        request,
+        {"router": name, **definition_body(item), "forwarded_total": item.forwarded_total},
+    )
+
+
+@router.get("/v0/routers")
+async def list_routers(request: Request) -> Response:
+    svc = services(request)
+    principal = authorize(request, svc, "read")
+    q = request.query_params
+    prefix = q.get("prefix", "")
+    source = q.get("source")
+    dest = q.get("dest")
+    page_size = query_int(q, "page_size", 100, 1, 1000)
+    after = decode_cursor(q.get("cursor"))
+    svc.routers.ensure_running()
+    picked: list[RouterItem] = []
+    more = False
+    for r in await svc.routers.list_all():  # ordered by name
+        if after is not None and r.name <= after:
+            continue
+        if not r.name.startswith(prefix):
+            continue
+        if (source is not None and r.source != source) or (dest is not None and r.dest != dest):
+            continue
+        if not all(principal.allows_name(n) for n in (r.name, r.source, r.dest)):
+            continue
+        if len(picked) == page_size:
+            more = True
+            break
+        picked.append(r)
+    body: dict[str, Any] = {
+        "routers": [
+            {
+                "router": r.name,
+                "source": r.source,
+                "dest": r.dest,
+                "guarantee": r.guarantee,
+                "forwarded_total": r.forwarded_total,
+            }
+            for r in picked
+        ]
+    }
+    if more:
+        body["next_cursor"] = encode_cursor(picked[-1].name)
+    return json_response(request, body)
+
+
+@router.delete("/v0/routers/{name}")
+async def delete_router(name: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "delete", name=name)
+    validate_router_name(name)
+    deleted = await svc.routers.delete(name)
+    return json_response(request, {"router": name, "deleted": deleted})
+
+
+__all__ = ["router"]

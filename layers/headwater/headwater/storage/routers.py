@@ -1,0 +1,142 @@
+"""DynamoDB adapter for routers (spec §6). Routers live in the INDEX table under their own
+partition (pk "routers", sk = router name), never in the heads table, so a router name can
+never collide with a topic name. One item holds the definition, the durable cursor and
+forwarded_total; every read is strongly consistent (cycle and fan-in checks need the whole
+graph as it is now)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from headwater.errors import StorageUnavailable
+from headwater.settings import Settings
+from headwater.storage.ports import RouterItem
+from headwater.storage.schema import INDEX
+
+ROUTERS_PK = "routers"
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _definition(item: RouterItem) -> str:
+    return json.dumps(
+        {
+            "source": item.source,
+            "dest": item.dest,
+            "preserve_node": item.preserve_node,
+            "preserve_tag": item.preserve_tag,
+            "create_dest": item.create_dest,
+            "filter": list(item.filter) if item.filter is not None else None,
+            "allow_cycle": item.allow_cycle,
+            "guarantee": item.guarantee,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _item(it: dict[str, Any]) -> RouterItem:
+    d = json.loads(it["def"]["S"])
+    flt = d.get("filter")
+    return RouterItem(
+        name=it["sk"]["S"],
+        source=d["source"],
+        dest=d["dest"],
+        preserve_node=bool(d["preserve_node"]),
+        preserve_tag=bool(d["preserve_tag"]),
+        create_dest=bool(d["create_dest"]),
+        filter=tuple(flt) if flt is not None else None,
+        allow_cycle=bool(d["allow_cycle"]),
+        guarantee=str(d["guarantee"]),
+        cursor=int(it.get("cur", {}).get("N", "0")),
+        forwarded_total=int(it.get("fwd", {}).get("N", "0")),
+    )
+
+
+class DynamoRouterStore:
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self._ddb = client
+        self._table = settings.table_name(INDEX.logical)
+
+    def _key(self, name: str) -> dict[str, Any]:
+        return {"pk": {"S": ROUTERS_PK}, "sk": {"S": name}}
+
+    def list_all(self) -> list[RouterItem]:
+        out: list[RouterItem] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": ROUTERS_PK}},
+            "ConsistentRead": True,
+        }
+        try:
+            while True:
+                resp = self._ddb.query(**kwargs)
+                out.extend(_item(it) for it in resp.get("Items", []))
+                last = resp.get("LastEvaluatedKey")
+                if not last:
+                    return out
+                kwargs["ExclusiveStartKey"] = last
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+
+    def get(self, name: str) -> RouterItem | None:
+        try:
+            resp = self._ddb.get_item(
+                TableName=self._table, Key=self._key(name), ConsistentRead=True
+            )
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        it = resp.get("Item")
+        return _item(it) if it else None
+
+    def put(self, item: RouterItem) -> None:
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(item.name),
+                UpdateExpression=(
+                    "SET def = :d, cur = if_not_exists(cur, :c), fwd = if_not_exists(fwd, :z)"
+                ),
+                ExpressionAttributeValues={
+                    ":d": {"S": _definition(item)},
+                    ":c": {"N": str(item.cursor)},
+                    ":z": {"N": "0"},
+                },
+            )
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+
+    def delete(self, name: str) -> bool:
+        try:
+            resp = self._ddb.delete_item(
+                TableName=self._table, Key=self._key(name), ReturnValues="ALL_OLD"
+            )
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return bool(resp.get("Attributes"))
+
+    def advance(self, name: str, expected_cursor: int, cursor: int, forwarded: int) -> bool:
+        """Move the cursor forward and add to forwarded_total, only if nobody else moved it
+        (and the router still exists). False: lost the race or the router is gone."""
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(name),
+                UpdateExpression="SET cur = :c ADD fwd :f",
+                ConditionExpression="attribute_exists(pk) AND cur = :e",
+                ExpressionAttributeValues={
+                    ":c": {"N": str(cursor)},
+                    ":f": {"N": str(forwarded)},
+                    ":e": {"N": str(expected_cursor)},
+                },
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return True

@@ -105,7 +105,6 @@ async def put_router(name: str, request: Request) -> Response:
     item = parse_router(name, body)
     principal.require_name(item.source)
     principal.require_name(item.dest)
-    svc.routers.ensure_running()
     stored, created = await svc.routers.put(item)
     return json_response(
         request,
@@ -119,7 +118,6 @@ async def get_router(name: str, request: Request) -> Response:
     svc = services(request)
     authorize(request, svc, "read", name=name)
     validate_router_name(name)
-    svc.routers.ensure_running()
     item = await svc.routers.get(name)
     return json_response(
         request,
@@ -137,7 +135,6 @@ async def list_routers(request: Request) -> Response:
     dest = q.get("dest")
     page_size = query_int(q, "page_size", 100, 1, 1000)
     after = decode_cursor(q.get("cursor"))
-    svc.routers.ensure_running()
     picked: list[RouterItem] = []
     more = False
     for r in await svc.routers.list_all():  # ordered by name

@@ -108,7 +108,3 @@ class StorageUnavailable(HeadwaterError):
     """The storage backend failed or throttled past our retries (adapters raise it)."""
 
     status, code = 503, "storage_unavailable"
-
-
-class Contention(Exception):
-    """An optimistic write lost a race; the engine re-reads and retries (never reaches HTTP)."""

@@ -56,7 +56,6 @@ from headwater.storage.ports import (
     Head,
     HeadStore,
     IdemEntry,
-    IdemHit,
     LogTailStore,
     TagEntry,
 )
@@ -698,7 +697,3 @@ class LogEngine:
                 head, [TagEntry(t, last, tuple(s)) for t, s in tags.items()]
             )
             self.heads.clear_tag_pending(head, last)
-
-
-def idem_hit_result(hit: IdemHit, head: Head) -> AppendResult:
-    return AppendResult(hit.first_seq, hit.last_seq, head.head_seq, False, True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from headwater.engine.records import NewRecord
@@ -76,12 +76,3 @@ class DeleteResult:
 class TopicPage:
     heads: list[Head]
     next_after: str | None
-
-
-@dataclass(slots=True)
-class Timings:
-    """Best-effort `performance` fields, filled by the engine."""
-
-    storage_ms: float = 0.0
-    records_scanned: int = 0
-    extra: dict[str, float] = field(default_factory=dict)

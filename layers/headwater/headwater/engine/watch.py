@@ -109,10 +109,6 @@ def decode_cursor_map(token: str) -> dict[str, int]:
     return value
 
 
-def earliest_of(head: Head) -> int:
-    return head.earliest_seq if head.count else head.head_seq + 1
-
-
 def _session_state(cursors: Mapping[str, int], deleted: set[str] | frozenset[str]) -> str:
     return json.dumps({"c": dict(cursors), "d": sorted(deleted)}, separators=(",", ":"))
 
@@ -348,7 +344,7 @@ class _StreamRun:
             return
         if topic in self.fresh:
             self.fresh.discard(topic)
-            earliest = earliest_of(head)
+            earliest = head.first_live_seq
             if cur > 0 and cur + 1 < earliest:
                 # The requested position fell off the start (Kafka's OffsetOutOfRange).
                 gap_to = earliest - 1

@@ -92,7 +92,7 @@ async def _snapshot(
             h.topic,
             {
                 "head_seq": h.head_seq,
-                "earliest_seq": h.earliest_seq if h.count else h.head_seq + 1,
+                "earliest_seq": h.first_live_seq,
                 "records_live": h.count,
                 "bytes_live": h.bytes,
             },

@@ -13,7 +13,6 @@ from starlette.responses import Response
 from headwater.engine.config import validate_config_patch
 from headwater.engine.priority import effective_priority
 from headwater.engine.values import DiffResult
-from headwater.errors import Forbidden
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
@@ -57,7 +56,7 @@ def state_body(head: Head) -> dict[str, Any]:
         "topic": head.topic,
         "type": cfg.get("type", "log"),
         "head_seq": head.head_seq,
-        "earliest_seq": head.earliest_seq if head.count else head.head_seq + 1,
+        "earliest_seq": head.first_live_seq,
         "next_seq": head.head_seq + 1,
         "count": head.count,
         "bytes": head.bytes,
@@ -127,7 +126,7 @@ async def list_topics(request: Request) -> Response:
         {
             "topic": h.topic,
             "head_seq": h.head_seq,
-            "earliest_seq": h.earliest_seq if h.count else h.head_seq + 1,
+            "earliest_seq": h.first_live_seq,
             "count": h.count,
             "bytes": h.bytes,
             "durable": bool(h.config.get("durable", False)),
@@ -192,7 +191,7 @@ def diff_body(topic: str, result: DiffResult) -> dict[str, Any]:
         "topic": topic,
         "next_from_seq": result.next_from_seq,
         "head_seq": head.head_seq,
-        "earliest_seq": head.earliest_seq if head.count else head.head_seq + 1,
+        "earliest_seq": head.first_live_seq,
         "caught_up": result.caught_up,
         "tombstone": None
         if tomb is None
@@ -238,12 +237,9 @@ async def delete_records(topic: str, request: Request) -> Response:
         {
             "topic": topic,
             "deleted": result.deleted,
-            "earliest_seq": head.earliest_seq if head.count else head.head_seq + 1,
+            "earliest_seq": head.first_live_seq,
             "head_seq": head.head_seq,
             "count": head.count,
             "bytes": head.bytes,
         },
     )
-
-
-__all__ = ["Forbidden", "router"]

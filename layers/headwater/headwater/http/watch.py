@@ -16,7 +16,6 @@ from headwater.engine.watch import (
     WatchEngine,
     WatchEvent,
     WatchSpec,
-    earliest_of,
 )
 from headwater.errors import InvalidRequest, NotAcceptable, NotFound, Unauthorized
 from headwater.http.bodies import read_json
@@ -119,7 +118,7 @@ async def create_watch(request: Request) -> Response:
         topics[t.topic] = {
             "from_seq": t.from_seq,
             "head_seq": head.head_seq,
-            "earliest_seq": earliest_of(head),
+            "earliest_seq": head.first_live_seq,
         }
     return json_response(
         request,

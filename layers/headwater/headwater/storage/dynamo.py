@@ -287,6 +287,8 @@ class DynamoLogTailStore:
         self._log_table = settings.table_name(LOG.logical)
         self._index_table = settings.table_name(INDEX.logical)
         self._blobs = blobs
+        # Spilled frames of one read are fetched concurrently; one pool for the adapter.
+        self._blob_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-s3")
 
     # --- append -------------------------------------------------------------------------
     def commit_append(self, c: AppendCommit) -> None:
@@ -439,8 +441,8 @@ class DynamoLogTailStore:
         spilled = [it["s3"]["S"] for it in items if "s3" in it]
         blobs: dict[str, bytes] = {}
         if len(spilled) > 1:
-            with ThreadPoolExecutor(max_workers=min(8, len(spilled))) as pool:
-                blobs = dict(zip(spilled, pool.map(self._blobs.get, spilled), strict=True))
+            fetched = self._blob_pool.map(self._blobs.get, spilled)
+            blobs = dict(zip(spilled, fetched, strict=True))
         return [self._frame_from_item(it, blobs) for it in items]
 
     def _frame_from_item(

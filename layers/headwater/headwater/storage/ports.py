@@ -34,6 +34,11 @@ class Head:
     def log_key(self) -> str:
         return f"{self.topic}#{self.epoch}"
 
+    @property
+    def first_live_seq(self) -> int:
+        """`earliest_seq` as reported: head_seq + 1 whenever the topic holds no record."""
+        return self.earliest_seq if self.count else self.head_seq + 1
+
 
 @dataclass(frozen=True, slots=True)
 class TagEntry:

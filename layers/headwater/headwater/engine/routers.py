@@ -1,10 +1,14 @@
-"""Routers (spec §6): definitions with cycle and fan-in checks, and the in-process forwarder.
+"""Routers (spec §6): definitions with cycle and fan-in checks, and forwarding.
 
 Forwarding is asynchronous and derived: each router has a durable cursor (the last source
 seq it has handled). The forwarder diffs the source from the cursor, appends the copies to
 the dest, and only then advances the cursor (at least once). `exactly_once` routers stamp a
 stable key into meta._topics_router, skip source seqs already present in the dest's tail on
-every catch-up, and use an idempotency key per forwarded range."""
+every catch-up, and use an idempotency key per forwarded range.
+
+One step, RouterEngine.forward_to_head, does that under a per-router lease (one forwarder
+at a time); two drivers run it: the in-process loop (RouterEngine.ensure_running, in every
+uvicorn process) and StreamBatch (the forwarder Lambda on the log table's stream)."""
 
 from __future__ import annotations
 
@@ -13,11 +17,16 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
+import socket
 import time
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
+from headwater.engine.quotas import ROUTERS
 from headwater.engine.records import NewRecord, encoded_size
 from headwater.engine.values import AppendRequest, DiffRequest
 from headwater.errors import (
@@ -27,7 +36,7 @@ from headwater.errors import (
     TopicExistsIncompatible,
     TopicNotFound,
 )
-from headwater.storage.ports import RouterItem, RouterStore
+from headwater.storage.ports import Head, RouterItem, RouterStore
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +86,57 @@ def tag_matches(flt: tuple[str, ...] | None, tag: str | None) -> bool:
 
 IDLE_POLL_S = 5.0  # how often a process with no routers looks for new ones
 ERROR_BACKOFF_S = 2.0
+PASS_BATCHES = 4  # the loop's batches per router per pass (fairness between routers)
+# The forwarding lease: one forwarder (loop or stream Lambda) per router at a time. A crashed
+# owner's lease lapses after this long and another forwarder resumes from the durable cursor.
+# Renewed between batches once less than half is left, so a batch (diff + dest append +
+# cursor write) should finish well inside LEASE_MS / 2. Lease times are wall clocks compared
+# across hosts: clock skew shortens or lengthens a lease by the skew.
+LEASE_MS = 5_000
+# The stream forwarder, finding a router leased elsewhere, watches the owner this long (a
+# little over one lease) before leaving the frame to it; polled every LEASE_POLL_S.
+STREAM_LEASE_WAIT_S = LEASE_MS / 1000 + 0.5
+LEASE_POLL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """What one forward_to_head call did: the cursor it left, the source seqs handled, the
+    copies appended, the source's epoch (0: not read), and whether it stood aside because
+    another forwarder holds the router's lease."""
+
+    cursor: int
+    handled: int = 0
+    copied: int = 0
+    epoch: int = 0
+    leased_elsewhere: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _SourceBatch:
+    from_cursor: int
+    next_from_seq: int
+    head: Head
+    records: list[bytes]
 
 
 class RouterEngine:
-    def __init__(self, engine: LogEngine, store: RouterStore, poll_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        engine: LogEngine,
+        store: RouterStore,
+        poll_s: float = 0.2,
+        *,
+        lease_ms: int = LEASE_MS,
+        owner: str | None = None,
+    ) -> None:
         self.log = engine
         self.store = store
         self.poll_s = poll_s
+        self.lease_ms = lease_ms
+        # Who holds a lease: unique per engine (host, pid and a random part).
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._leases: dict[str, int] = {}  # routers whose lease we hold -> expiry (epoch ms)
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None  # set when a router is created here
         self._backoff: dict[str, tuple[float, float]] = {}  # name -> (retry at, delay)
@@ -121,6 +174,23 @@ class RouterEngine:
                     code="router_cycle",
                     detail={"cycle": cycle},
                 )
+        if old is not None:
+            return self._store_router(item, old, src, dst)
+        # A new router takes a max_routers slot (spec §11) before anything is created, so a
+        # refused router leaves no auto-created dest behind.
+        self.log.quota_reserve(ROUTERS, 1)
+        stored = False
+        try:
+            result = self._store_router(item, old, src, dst)
+            stored = True
+            return result
+        finally:
+            if not stored:
+                self.log.quota_release(ROUTERS, 1)
+
+    def _store_router(
+        self, item: RouterItem, old: RouterItem | None, src: Head, dst: Head | None
+    ) -> tuple[RouterItem, bool]:
         if dst is None or dst.deleted:
             self.log._put_topic_sync(item.dest, {})
         if old is not None and old.source == item.source:
@@ -146,25 +216,95 @@ class RouterEngine:
         return await self.log._io(self.store.list_all)
 
     async def delete(self, name: str) -> bool:
-        return await self.log._io(self.store.delete, name)
+        def run() -> bool:
+            deleted = self.store.delete(name)
+            if deleted:
+                self.log.quota_release(ROUTERS, 1)
+            return deleted
+
+        return await self.log._io(run)
 
     async def remove_for_topic(self, topic: str) -> list[str]:
         def run() -> list[str]:
             names = [r.name for r in self.store.list_all() if topic in (r.source, r.dest)]
-            return [n for n in names if self.store.delete(n)]
+            removed = [n for n in names if self.store.delete(n)]
+            self.log.quota_release(ROUTERS, len(removed))
+            return removed
 
         return await self.log._io(run)
 
     # --- forwarding ---------------------------------------------------------------------
-    async def forward_once(self, router: RouterItem, on_cycle: bool = False) -> int:
-        """Forward one batch from the router's cursor. Returns the number of source seqs
-        handled (0: caught up). Raises when the dest rejects (the cursor stays put)."""
+    async def forward_to_head(
+        self,
+        router: RouterItem,
+        on_cycle: bool = False,
+        *,
+        keep_lease: bool = False,
+        max_batches: int | None = None,
+        deadline: float | None = None,
+    ) -> Forwarded:
+        """Forward `router` from its durable cursor up to the source's head: the one step both
+        the in-process loop and the stream forwarder Lambda run.
+
+        Takes the router's lease first (a conditional write, only once there is something to
+        forward) and skips the router if another forwarder holds it; renews it between
+        batches while less than half of it is left. `keep_lease` keeps it afterwards (the
+        loop: the next pass needs no write) instead of releasing it. Stops early after
+        `max_batches` batches or at `deadline` (time.monotonic()). Raises what the dest
+        append raised (e.g. topic_full): the cursor stays put."""
+        if self._held_elsewhere(router):
+            return Forwarded(router.cursor, leased_elsewhere=True)
+        res = await self._read_source(router)
+        if res.next_from_seq <= router.cursor:
+            # Caught up: an idle router costs no write; a lease we kept is given back.
+            await self._release(router.name)
+            return Forwarded(router.cursor, epoch=res.head.epoch)
+        item = await self._hold(router)
+        if item is None:
+            return Forwarded(router.cursor, leased_elsewhere=True)
+        handled = copied = batches = 0
+        try:
+            while True:
+                if res.next_from_seq <= item.cursor or res.from_cursor != item.cursor:
+                    res = await self._read_source(item)
+                    if res.next_from_seq <= item.cursor:
+                        break
+                n = await self._forward_batch(item, res, on_cycle)
+                if n is None:
+                    # Someone else moved the cursor: a lease race. Leave it to them.
+                    self._leases.pop(item.name, None)
+                    return Forwarded(item.cursor, handled, copied, res.head.epoch, True)
+                handled += res.next_from_seq - item.cursor
+                copied += n
+                batches += 1
+                item = dataclasses.replace(
+                    item, cursor=res.next_from_seq, forwarded_total=item.forwarded_total + n
+                )
+                if (max_batches is not None and batches >= max_batches) or (
+                    deadline is not None and time.monotonic() >= deadline
+                ):
+                    break
+                renewed = await self._hold(item)
+                if renewed is None:  # lost the lease (it expired and was taken)
+                    return Forwarded(item.cursor, handled, copied, res.head.epoch, True)
+                item = renewed
+        finally:
+            if not keep_lease:
+                await self._release(item.name)
+        return Forwarded(item.cursor, handled, copied, res.head.epoch)
+
+    async def _read_source(self, router: RouterItem) -> _SourceBatch:
         res = await self.log.diff(
             router.source,
             DiffRequest(from_seq=router.cursor, limit=BATCH, include_tags=True, include_meta=True),
         )
-        if res.next_from_seq <= router.cursor:
-            return 0
+        return _SourceBatch(router.cursor, res.next_from_seq, res.head, res.records)
+
+    async def _forward_batch(
+        self, router: RouterItem, res: _SourceBatch, on_cycle: bool
+    ) -> int | None:
+        """Append one batch's copies to the dest, then advance the cursor conditionally.
+        Returns the number of copies, or None if the cursor had moved under us."""
         skip_upto = 0
         if router.guarantee == "exactly_once" and res.records:
             skip_upto = await self._already_forwarded(router)
@@ -186,10 +326,37 @@ class RouterEngine:
             if router.guarantee == "exactly_once":
                 key = f"{ROUTER_META}:{router.name}:{res.head.epoch}:{first}-{last}"
             await self.log.append(router.dest, AppendRequest(out, idempotency_key=key))
-        await self.log._io(
+        advanced = await self.log._io(
             self.store.advance, router.name, router.cursor, res.next_from_seq, len(out)
         )
-        return res.next_from_seq - router.cursor
+        return len(out) if advanced else None
+
+    # --- the lease ----------------------------------------------------------------------
+    def _held_elsewhere(self, router: RouterItem) -> bool:
+        if router.lease_owner in (None, self.owner):
+            return False
+        if router.lease_expires_ms > self.log.clock():
+            self._leases.pop(router.name, None)
+            return True
+        return False
+
+    async def _hold(self, router: RouterItem) -> RouterItem | None:
+        """The router under our lease: no write while more than half of it is left, else
+        take or renew it (the stored item comes back with a strongly consistent cursor).
+        None: another forwarder holds it."""
+        now = self.log.clock()
+        if self._leases.get(router.name, 0) - now > self.lease_ms // 2:
+            return router
+        item = await self.log._io(self.store.acquire, router.name, self.owner, now, self.lease_ms)
+        if item is None:
+            self._leases.pop(router.name, None)
+            return None
+        self._leases[router.name] = now + self.lease_ms
+        return item
+
+    async def _release(self, name: str) -> None:
+        if self._leases.pop(name, None) is not None:
+            await self.log._io(self.store.release, name, self.owner)
 
     def _copy(
         self, router: RouterItem, rec: dict[str, Any], seq: int, on_cycle: bool
@@ -243,18 +410,23 @@ class RouterEngine:
         return best
 
     async def run_pass(self) -> bool:
-        """One pass over every router. True if any made progress."""
+        """One pass over every router (a few batches each, so one backlog cannot starve the
+        others). True if any made progress."""
         progressed = False
         now = time.monotonic()
         routers = await self.list_all()
         self._sources = sorted({r.source for r in routers})
+        for name in set(self._leases) - {r.name for r in routers}:
+            self._leases.pop(name, None)  # deleted routers take their lease with them
         for router in routers:
             retry_at, delay = self._backoff.get(router.name, (0.0, 0.0))
             if retry_at > now:
                 continue
             try:
                 on_cycle = find_cycle(routers, router) is not None
-                moved = await self.forward_once(router, on_cycle)
+                done = await self.forward_to_head(
+                    router, on_cycle, keep_lease=True, max_batches=PASS_BATCHES
+                )
             except TopicNotFound:
                 continue  # a topic delete is cascading this router away
             except HeadwaterError as exc:
@@ -264,7 +436,7 @@ class RouterEngine:
                 log.info("router %s: dest rejected (%s); retry in %.2fs", router.name, exc, delay)
                 continue
             self._backoff.pop(router.name, None)
-            progressed = progressed or moved > 0
+            progressed = progressed or done.handled > 0
         return progressed
 
     async def _run(self) -> None:
@@ -290,7 +462,8 @@ class RouterEngine:
                 await asyncio.sleep(IDLE_POLL_S)
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), IDLE_POLL_S)
+                async with asyncio.timeout(IDLE_POLL_S):
+                    await changed.wait()
             changed.clear()
             return
         waits = [asyncio.ensure_future(self.log.notifier.wait(s, self.poll_s)) for s in sources]
@@ -308,14 +481,136 @@ class RouterEngine:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        """Stop the loop and give back the leases it holds, so another forwarder takes over
+        at once instead of after LEASE_MS."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for name in list(self._leases):
+            with contextlib.suppress(HeadwaterError):
+                await self._release(name)
+
+
+class ForwardIncomplete(Exception):
+    """A stream record's routers did not all reach its frame in time: retry the record."""
+
+
+class StreamBatch:
+    """Forwarding driven by the log table's stream (the forwarder Lambda), one instance per
+    invocation. Each stream record is a new frame (source topic, epoch, last seq); every
+    router on that source whose durable cursor is behind the frame runs forward_to_head, the
+    loop's own step, and releases its lease after. A re-delivered record is a no-op once the
+    cursor has passed it; a dest that rejects (e.g. topic_full) or a storage error fails the
+    record, so the event source retries it. The router list is read once per batch.
+
+    A router leased by another forwarder is left to it, not failed; but first this waits (at
+    most `lease_wait_s`, polling the router) to see the owner at work: its cursor reaches the
+    frame, or it renews or advances (alive: it forwards up to the head). A lease that lapses
+    instead (its owner died, or is a frozen execution environment) is taken over at once, so
+    the frame is not left waiting for the next append."""
+
+    def __init__(
+        self,
+        routers: RouterEngine,
+        deadline: float | None = None,
+        lease_wait_s: float | None = None,
+    ) -> None:
+        self._engine = routers
+        self._deadline = deadline  # time.monotonic() by which forwarding must stop
+        self._lease_wait_s = STREAM_LEASE_WAIT_S if lease_wait_s is None else lease_wait_s
+        self._routers: dict[str, RouterItem] | None = None
+        self._epochs: dict[str, int] = {}  # router -> source epoch its cursor is in
+        self._failed: dict[str, HeadwaterError] = {}  # routers that failed this batch
+        self._owned_elsewhere: set[str] = set()  # routers a live owner is forwarding
+
+    async def frame_appended(self, topic: str, epoch: int, last_seq: int) -> list[Forwarded]:
+        if self._routers is None:
+            self._routers = {r.name: r for r in await self._engine.list_all()}
+        out: list[Forwarded] = []
+        errors: list[HeadwaterError] = []
+        for router in [r for r in self._routers.values() if r.source == topic]:
+            if router.name in self._failed:
+                errors.append(self._failed[router.name])  # fail fast: it failed this batch
+                continue
+            if router.name in self._owned_elsewhere or self._reached(router, epoch, last_seq):
+                continue
+            try:
+                done = await self._forward(router, epoch, last_seq)
+            except TopicNotFound:
+                continue  # the source is gone: a topic delete is cascading this router away
+            except HeadwaterError as exc:
+                self._failed[router.name] = exc
+                errors.append(exc)
+                continue
+            out.append(done)
+            if done.leased_elsewhere:
+                self._owned_elsewhere.add(router.name)
+            elif not self._reached(self._routers[router.name], epoch, last_seq):
+                raise ForwardIncomplete(f"router {router.name!r} stopped before seq {last_seq}")
+        if errors:
+            raise errors[0]
+        return out
+
+    async def _forward(self, router: RouterItem, epoch: int, last_seq: int) -> Forwarded:
+        assert self._routers is not None
+        on_cycle = find_cycle(list(self._routers.values()), router) is not None
+        done = await self._step(router, on_cycle)
+        if not done.leased_elsewhere or self._reached(self._routers[router.name], epoch, last_seq):
+            return done
+        engine = self._engine
+        wait_until = time.monotonic() + self._lease_wait_s
+        if self._deadline is not None:
+            wait_until = min(wait_until, self._deadline)
+        seen: RouterItem | None = None
+        while time.monotonic() < wait_until:
+            await asyncio.sleep(LEASE_POLL_S)
+            item = await engine.log._io(engine.store.get, router.name)
+            if item is None:
+                return done  # deleted meanwhile
+            self._routers[router.name] = item
+            if self._reached(item, epoch, last_seq):
+                return Forwarded(item.cursor, leased_elsewhere=True)  # its owner got there
+            if item.lease_owner is None or item.lease_expires_ms <= engine.log.clock():
+                done = await self._step(item, on_cycle)  # given back, or lapsed: take over
+                if not done.leased_elsewhere:
+                    return done
+                seen = None  # a third forwarder was quicker: watch that one
+                continue
+            if _owner_at_work(seen, item):
+                return done  # the owner renews or advances: alive, it reaches the head
+            seen = item
+        return done
+
+    async def _step(self, router: RouterItem, on_cycle: bool) -> Forwarded:
+        assert self._routers is not None
+        done = await self._engine.forward_to_head(
+            router, on_cycle, keep_lease=False, deadline=self._deadline
+        )
+        if done.epoch:
+            self._epochs[router.name] = done.epoch
+        self._routers[router.name] = dataclasses.replace(router, cursor=done.cursor)
+        return done
+
+    def _reached(self, router: RouterItem, epoch: int, last_seq: int) -> bool:
+        known = self._epochs.get(router.name)
+        if known is not None and known != epoch:
+            return known > epoch  # a frame of an older incarnation of the topic: nothing to do
+        return router.cursor >= last_seq
+
+
+def _owner_at_work(before: RouterItem | None, now: RouterItem) -> bool:
+    """The same owner renewed its lease or moved the cursor between two looks."""
+    if before is None or before.lease_owner != now.lease_owner:
+        return False
+    return (before.lease_expires_ms, before.cursor) != (now.lease_expires_ms, now.cursor)
 
 
 def _definition_equal(a: RouterItem, b: RouterItem) -> bool:
-    return dataclasses.replace(a, cursor=0, forwarded_total=0) == dataclasses.replace(
-        b, cursor=0, forwarded_total=0
-    )
+    def definition(r: RouterItem) -> RouterItem:
+        return dataclasses.replace(
+            r, cursor=0, forwarded_total=0, lease_owner=None, lease_expires_ms=0
+        )
+
+    return definition(a) == definition(b)

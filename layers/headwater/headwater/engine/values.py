@@ -35,6 +35,9 @@ class DiffRequest:
     include_meta: bool = True
     wait_ms: int = 0
     max_bytes: int = 1 << 20
+    # "eventual": a live reader may start from the head this process last saw (kept fresh
+    # by commits and the HeadHub) instead of a strongly consistent head read.
+    consistency: str = "strong"
 
 
 @dataclass(frozen=True, slots=True)

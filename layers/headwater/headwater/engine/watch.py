@@ -1,11 +1,12 @@
 """Watch sessions (spec §7): many topics over one stream with exact resume.
 
 A session stores the validated subscription (with initial positions resolved at POST time)
-and the last-delivered cursor per topic. A stream runs one loop per connection: it diffs
-the topics that may have news, emits `record` / `tombstone` / `caught-up` / `topic-deleted`
-events, and otherwise waits for a wake-up: in-process appends via the Notifier (one waiter
-task per topic), appends from other processes by polling the heads with one eventually
-consistent BatchGetItem per poll, backing off to the configured poll interval."""
+and the last-delivered cursor per topic. A stream runs one TopicFeed loop per connection: it
+diffs the topics that may have news, emits `record` / `tombstone` / `caught-up` /
+`topic-deleted` events, and otherwise waits for a wake-up: in-process appends via the
+Notifier (one waiter task per topic), appends from other processes by polling the heads with
+one eventually consistent BatchGetItem per poll, backing off to the configured poll interval.
+The same loop, without a stored session, serves the WebSocket data plane (/v0/ws)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,8 @@ from headwater.storage.ports import Head, SessionStore, WatchSessionItem
 
 log = logging.getLogger(__name__)
 POLL_MIN_S = 0.025
-SAVE_INTERVAL_S = 1.0  # session cursors are written at most this often (and on close)
+SAVE_INTERVAL_S = 5.0  # session cursors are written at most this often while streaming (and on
+# close, which is what a reconnect reads); a crashed server replays at most this much
 WAITER_TIMEOUT_S = 3600.0
 
 
@@ -75,7 +77,19 @@ class TopicRequest:
 class WatchEvent:
     name: str  # record | tombstone | caught-up | topic-deleted | error | heartbeat
     data: bytes = b""
-    id: str | None = None  # composite cursor; only on data-bearing frames
+    id: str | None = None  # composite cursor; only on data-bearing SSE frames
+    topic: str | None = None  # the topic a per-topic event is about
+
+
+@dataclass(frozen=True, slots=True)
+class FeedPosition:
+    """Where one topic's subscription on a TopicFeed stands after a read."""
+
+    cursor: int
+    live: bool  # caught-up sent, no backlog since
+    fresh: bool  # never read yet
+    deleted: bool  # topic-deleted sent: the subscription is over
+    pending: bool  # a read left more backlog behind
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +133,25 @@ def _strip_data(record: bytes) -> bytes:
     return jsoncodec.dumps(obj)
 
 
+async def resolve_starts(
+    engine: LogEngine, requested: Mapping[str, TopicRequest], *, lenient: bool
+) -> tuple[list[TopicWatch], dict[str, Head]]:
+    """Initial positions (tail resolved to the current head) and the heads they came from.
+    An unknown or deleted topic is TopicNotFound, or silently dropped when lenient."""
+    heads = await asyncio.to_thread(engine.heads.get_many, list(requested))
+    live = {t: h for t, h in heads.items() if not h.deleted}
+    topics: list[TopicWatch] = []
+    for name, req in requested.items():
+        head = live.get(name)
+        if head is None:
+            if lenient:
+                continue
+            raise TopicNotFound(name)
+        start = head.head_seq if req.tail else req.from_seq
+        topics.append(TopicWatch(name, start, head.epoch))
+    return topics, {t.topic: live[t.topic] for t in topics}
+
+
 class WatchEngine:
     def __init__(self, engine: LogEngine, sessions: SessionStore, session_ttl_ms: int) -> None:
         self.engine = engine
@@ -136,17 +169,7 @@ class WatchEngine:
         auth: bool,
         lenient: bool,
     ) -> tuple[str, WatchSpec, dict[str, Head]]:
-        heads = await asyncio.to_thread(self.engine.heads.get_many, list(requested))
-        live = {t: h for t, h in heads.items() if not h.deleted}
-        topics: list[TopicWatch] = []
-        for name, req in requested.items():
-            head = live.get(name)
-            if head is None:
-                if lenient:
-                    continue
-                raise TopicNotFound(name)
-            start = head.head_seq if req.tail else req.from_seq
-            topics.append(TopicWatch(name, start, head.epoch))
+        topics, heads = await resolve_starts(self.engine, requested, lenient=lenient)
         spec = dataclasses.replace(spec, topics=tuple(topics))
         wid = new_wid()
         item = WatchSessionItem(
@@ -160,7 +183,7 @@ class WatchEngine:
             ttl_ms=self.ttl_ms,
         )
         await asyncio.to_thread(self.sessions.put, item)
-        return wid, spec, {t.topic: live[t.topic] for t in topics}
+        return wid, spec, heads
 
     # --- GET /v0/watch/:wid ------------------------------------------------------------
     async def load(self, wid: str) -> WatchSessionItem | None:
@@ -195,7 +218,7 @@ class WatchEngine:
             start.pop(topic, None)
         return OpenSession(item, spec, start, deleted)
 
-    async def stream(self, session: OpenSession) -> AsyncIterator[WatchEvent]:
+    async def stream(self, session: OpenSession) -> AsyncGenerator[WatchEvent, None]:
         runner = _StreamRun(self, session)
         try:
             async for event in runner.run():
@@ -204,56 +227,148 @@ class WatchEngine:
             runner.close()
 
 
-class _StreamRun:
-    """One open stream's state and loop."""
+@dataclass(slots=True, eq=False)
+class _Sub:
+    """One topic's subscription on a feed. Its identity is the subscription: a topic that is
+    unsubscribed (or subscribed again) gets a new object, so a read that was in flight can
+    tell that its result is stale."""
 
-    def __init__(self, owner: WatchEngine, session: OpenSession) -> None:
-        self.owner = owner
-        self.engine = owner.engine
-        self.spec = session.spec
-        self.wid = session.item.wid
-        self.ttl_ms = session.item.ttl_ms
-        self.cursors: dict[str, int] = {
-            t.topic: session.start[t.topic] for t in self.spec.topics if t.topic in session.start
-        }
-        self.epochs = {t.topic: t.epoch for t in self.spec.topics}
-        self.deleted: set[str] = set(session.deleted)
-        self.live: dict[str, bool] = dict.fromkeys(self.cursors, False)
-        self.fresh: set[str] = set(self.cursors)  # not yet read on this connection
-        self.dirty: set[str] = set(self.cursors)
+    cursor: int
+    epoch: int
+    opts: WatchSpec
+    nodes: frozenset[str]
+    live: bool = False
+    fresh: bool = True  # not yet read on this connection
+    deleted: bool = False
+    waiter: asyncio.Task[None] | None = None
+
+
+class TopicFeed:
+    """The per-topic read loop shared by SSE watch streams and WebSocket connections.
+
+    It diffs the topics that may have news, emits `record` / `tombstone` / `caught-up` /
+    `topic-deleted` events, and otherwise waits for a wake-up: in-process appends via the
+    Notifier (one waiter task per topic), appends from other processes by polling the heads
+    with one eventually consistent BatchGetItem per poll, backing off to the configured poll
+    interval. Topics can be added and removed while it runs (WebSocket subscribe and
+    unsubscribe). A consumer that awaits before taking the next event holds the loop: the
+    reads after it see everything appended meanwhile, so records coalesce into fewer,
+    larger batches. The base keeps no state outside the process: a stored watch session
+    is the subclass below."""
+
+    def __init__(self, engine: LogEngine, *, heartbeat_ms: int | None = None) -> None:
+        self.engine = engine
+        self.hb_s = heartbeat_ms / 1000 if heartbeat_ms is not None else None
+        self.subs: dict[str, _Sub] = {}
+        self.dirty: set[str] = set()
         self.wake = asyncio.Event()
-        self.waiters: dict[str, asyncio.Task[None]] = {}
-        self.saved_state = session.item.cursors
-        self.nodes = frozenset({self.spec.node}) if self.spec.node is not None else frozenset()
+        self.running = False
 
-    def _id(self, cursors: Mapping[str, int]) -> str:
-        return encode_cursor_map(cursors)
+    # --- subscriptions ------------------------------------------------------------------
+    def subscribe(self, topic: str, from_seq: int, epoch: int, opts: WatchSpec) -> None:
+        """Deliver `topic` after `from_seq` with `opts` (node, limit, include_*); replaces
+        any subscription the topic already has."""
+        self.unsubscribe(topic)
+        nodes = frozenset({opts.node}) if opts.node is not None else frozenset()
+        sub = _Sub(from_seq, epoch, opts, nodes)
+        self.subs[topic] = sub
+        if self.running:
+            self._start_waiter(topic, sub)
+        self.dirty.add(topic)
+        self.wake.set()
 
+    def unsubscribe(self, topic: str) -> bool:
+        sub = self.subs.pop(topic, None)
+        if sub is None:
+            return False
+        self._stop_waiter(topic, sub)
+        self.dirty.discard(topic)
+        return True
+
+    def subscription(self, topic: str) -> object | None:
+        """An opaque token for the topic's current subscription (None if there is none)."""
+        return self.subs.get(topic)
+
+    def active_topics(self) -> list[str]:
+        return [t for t, s in self.subs.items() if not s.deleted]
+
+    @property
+    def cursors(self) -> dict[str, int]:
+        return {t: s.cursor for t, s in self.subs.items()}
+
+    # --- one-shot reads (no loop: the API Gateway WebSocket delivery, http/ws_gateway.py) -
+    def restore(
+        self, topic: str, from_seq: int, epoch: int, opts: WatchSpec, *, live: bool, fresh: bool
+    ) -> None:
+        """Subscribe at a stored position: `live` = caught-up was already sent, `fresh` = the
+        from_seq_too_old check is still due (the subscription was never read)."""
+        self.subscribe(topic, from_seq, epoch, opts)
+        sub = self.subs[topic]
+        sub.live, sub.fresh = live, fresh
+
+    def position(self, topic: str) -> FeedPosition | None:
+        sub = self.subs.get(topic)
+        if sub is None:
+            return None
+        return FeedPosition(sub.cursor, sub.live, sub.fresh, sub.deleted, topic in self.dirty)
+
+    async def read_once(self, topic: str) -> AsyncIterator[WatchEvent]:
+        """One read of `topic` (one diff), exactly as the loop reads it. Afterwards
+        `position(topic).pending` says whether more backlog is waiting."""
+        self.dirty.discard(topic)
+        async for event in self._read(topic):
+            yield event
+
+    # --- hooks (a stored session overrides them) ----------------------------------------
+    def _id(self) -> str | None:
+        """The id of a data-bearing event: the composite cursor (SSE), or none."""
+        return None
+
+    def _id_after(self, topic: str, seq: int) -> str | None:
+        return None
+
+    async def _checkpoint(self) -> WatchEvent | None:
+        """Runs after each round of reads; an event returned is the last one (terminal)."""
+        return None
+
+    def _checkpoint_deadline(self) -> float:
+        return float("inf")
+
+    # --- the loop -----------------------------------------------------------------------
     async def _waiter(self, topic: str) -> None:
         while True:
             if await self.engine.notifier.wait(topic, WAITER_TIMEOUT_S):
                 self.dirty.add(topic)
                 self.wake.set()
 
-    def _state(self) -> str:
-        return _session_state(self.cursors, self.deleted)
+    def _start_waiter(self, topic: str, sub: _Sub) -> None:
+        """Wake-ups for a topic: in-process appends and the process's HeadHub (which polls
+        the heads of every watched topic once for all readers) both come through the
+        Notifier."""
+        sub.waiter = asyncio.create_task(self._waiter(topic))
+        self.engine.hub.watch(topic)
+
+    def _stop_waiter(self, topic: str, sub: _Sub) -> None:
+        if sub.waiter is not None:
+            sub.waiter.cancel()
+            sub.waiter = None
+            self.engine.hub.unwatch(topic)
 
     async def run(self) -> AsyncIterator[WatchEvent]:
-        for topic in self.cursors:
-            self.waiters[topic] = asyncio.create_task(self._waiter(topic))
+        self.running = True
+        for topic, sub in self.subs.items():
+            if sub.waiter is None and not sub.deleted:
+                self._start_waiter(topic, sub)
         await asyncio.sleep(0)  # the waiters register before the first read: no lost wake-up
-        spec = self.spec
-        hb_s = spec.heartbeat_ms / 1000
+        hb_s = self.hb_s
         poll_max = self.engine.settings.poll_interval_ms / 1000
         poll = POLL_MIN_S
         now = time.monotonic()
         last_sent = now
         next_poll = now + poll
-        last_save = now
-        touch_s = min(self.ttl_ms / 3000, 60.0)
         while True:
             if self.dirty:
-                batch = [t for t in self.cursors if t in self.dirty and t not in self.deleted]
+                batch = [t for t, s in self.subs.items() if t in self.dirty and not s.deleted]
                 self.dirty.clear()
                 for topic in batch:
                     async for event in self._read(topic):
@@ -261,94 +376,86 @@ class _StreamRun:
                         last_sent = time.monotonic()
                         if event.name == "record":
                             poll = POLL_MIN_S
-            now = time.monotonic()
-            state = self._state()
-            if (state != self.saved_state and now - last_save >= SAVE_INTERVAL_S) or (
-                now - last_save >= touch_s
-            ):
-                last_save = now
-                ok = await asyncio.to_thread(
-                    self.owner.sessions.save_cursors, self.wid, state, wall_ms(), self.ttl_ms
-                )
-                if not ok:
-                    yield WatchEvent(
-                        "error",
-                        b'{"code":410,"error":"watch session expired; POST /v0/watch again"}',
-                    )
-                    return
-                self.saved_state = state
+            final = await self._checkpoint()
+            if final is not None:
+                yield final
+                return
             if self.dirty:
                 continue
             now = time.monotonic()
-            deadline = min(last_sent + hb_s, next_poll, last_save + touch_s)
-            if state != self.saved_state:
-                deadline = min(deadline, last_save + SAVE_INTERVAL_S)
+            if all(s.live or s.deleted for s in self.subs.values()):
+                # Live topics are woken by the Notifier (local appends and the HeadHub's
+                # polls); the timer below is only the backstop for backlog reads.
+                next_poll = max(next_poll, now + poll_max)
+            deadline = min(next_poll, self._checkpoint_deadline())
+            if hb_s is not None:
+                deadline = min(deadline, last_sent + hb_s)
             if not self.wake.is_set() and deadline > now:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), deadline - now)
+                    async with asyncio.timeout(deadline - now):
+                        await self.wake.wait()
             self.wake.clear()
             now = time.monotonic()
             if now >= next_poll:
                 await self._poll_heads()
                 poll = POLL_MIN_S if self.dirty else min(poll * 2, poll_max)
                 next_poll = time.monotonic() + poll
-            if not self.dirty and now - last_sent >= hb_s:
+            if hb_s is not None and not self.dirty and now - last_sent >= hb_s:
                 last_sent = now
                 yield WatchEvent("heartbeat", str(wall_ms()).encode())
 
     async def _poll_heads(self) -> None:
-        topics = [t for t in self.cursors if t not in self.deleted]
-        if not topics:
-            return
-        heads = await asyncio.to_thread(self.engine.heads.get_many, topics, consistent=False)
-        for topic in topics:
-            h = heads.get(topic)
-            if (
-                h is None
-                or h.deleted
-                or h.epoch != self.epochs[topic]
-                or h.head_seq > self.cursors[topic]
-            ):
+        """Compare the subscriptions with the heads this process knows (the HeadHub keeps
+        them fresh): no storage call. A topic with no known head is re-read (strongly)."""
+        for topic, sub in self.subs.items():
+            if sub.deleted:
+                continue
+            h = self.engine.known.fresh(topic, float("inf"))
+            if h is None or h.deleted or h.epoch != sub.epoch or h.head_seq > sub.cursor:
                 self.dirty.add(topic)
 
-    def _topic_deleted(self, topic: str) -> WatchEvent:
-        data = jsoncodec.dumps(
-            {"topic": topic, "head_seq": self.cursors[topic], "reason": "deleted"}
-        )
-        event = WatchEvent("topic-deleted", data, self._id(self.cursors))
-        self.deleted.add(topic)
-        task = self.waiters.pop(topic, None)
-        if task is not None:
-            task.cancel()
+    def _topic_deleted(self, topic: str, sub: _Sub) -> WatchEvent:
+        data = jsoncodec.dumps({"topic": topic, "head_seq": sub.cursor, "reason": "deleted"})
+        event = WatchEvent("topic-deleted", data, self._id(), topic)
+        sub.deleted = True
+        self._stop_waiter(topic, sub)
         return event
 
     async def _read(self, topic: str) -> AsyncIterator[WatchEvent]:
-        spec = self.spec
-        cur = self.cursors[topic]
+        # Every event is yielded while `sub` is still the topic's subscription: it is checked
+        # after each await and after each yield (the consumer may await in between).
+        sub = self.subs.get(topic)
+        if sub is None or sub.deleted:
+            return
+        opts = sub.opts
+        cur = sub.cursor
         req = DiffRequest(
             from_seq=cur,
-            limit=spec.limit,
-            nodes=self.nodes,
-            include_tags=spec.include_tags,
-            include_meta=spec.include_meta,
-            max_bytes=spec.max_batch_bytes,
+            limit=opts.limit,
+            nodes=sub.nodes,
+            include_tags=opts.include_tags,
+            include_meta=opts.include_meta,
+            max_bytes=opts.max_batch_bytes,
+            consistency=opts.consistency,
         )
         try:
             res = await self.engine.diff(topic, req)
         except TopicNotFound:
-            yield self._topic_deleted(topic)
+            if self.subs.get(topic) is sub:
+                yield self._topic_deleted(topic, sub)
             return
+        if self.subs.get(topic) is not sub:
+            return  # unsubscribed (or subscribed anew) during the read
         head = res.head
-        if head.epoch != self.epochs[topic]:
-            yield self._topic_deleted(topic)
+        if head.epoch != sub.epoch:
+            yield self._topic_deleted(topic, sub)
             return
-        if topic in self.fresh:
-            self.fresh.discard(topic)
+        if sub.fresh:
+            sub.fresh = False
             earliest = head.first_live_seq
             if cur > 0 and cur + 1 < earliest:
                 # The requested position fell off the start (Kafka's OffsetOutOfRange).
                 gap_to = earliest - 1
-                after = {**self.cursors, topic: gap_to}
                 data = jsoncodec.dumps(
                     {
                         "topic": topic,
@@ -359,11 +466,12 @@ class _StreamRun:
                         "head_seq": head.head_seq,
                     }
                 )
-                yield WatchEvent("tombstone", data, self._id(after))
-                self.cursors[topic] = cur = gap_to
+                yield WatchEvent("tombstone", data, self._id_after(topic, gap_to), topic)
+                sub.cursor = cur = gap_to
+                if self.subs.get(topic) is not sub:
+                    return
         if res.records:
-            records = res.records if spec.include_data else [_strip_data(r) for r in res.records]
-            after = {**self.cursors, topic: res.next_from_seq}
+            records = res.records if opts.include_data else [_strip_data(r) for r in res.records]
             data = b"".join(
                 (
                     b'{"topic":',
@@ -374,31 +482,115 @@ class _StreamRun:
                     % (cur, res.next_from_seq, head.head_seq),
                 )
             )
-            yield WatchEvent("record", data, self._id(after))
-            self.cursors[topic] = res.next_from_seq
+            yield WatchEvent("record", data, self._id_after(topic, res.next_from_seq), topic)
+            sub.cursor = res.next_from_seq
+            if self.subs.get(topic) is not sub:
+                return
         elif res.next_from_seq > cur:
-            self.cursors[topic] = res.next_from_seq  # only filtered-out records
+            sub.cursor = res.next_from_seq  # only filtered-out records
         if not res.caught_up:
-            self.live[topic] = False
+            sub.live = False
             if res.records or res.next_from_seq > cur:
                 self.dirty.add(topic)  # more backlog; a read that made no progress waits
                 # for the next head poll instead of spinning
-        elif not self.live[topic]:
-            self.live[topic] = True
+        elif not sub.live:
+            sub.live = True
             data = jsoncodec.dumps({"topic": topic, "head_seq": head.head_seq})
-            yield WatchEvent("caught-up", data, self._id(self.cursors))
+            yield WatchEvent("caught-up", data, self._id(), topic)
 
     def close(self) -> None:
-        for task in self.waiters.values():
-            task.cancel()
-        self.waiters.clear()
+        self.running = False
+        for topic, sub in self.subs.items():
+            self._stop_waiter(topic, sub)
+
+
+class _StreamRun(TopicFeed):
+    """One open SSE stream of a stored session: composite-cursor ids, heartbeats, and the
+    session's cursors saved as it goes (and when it closes)."""
+
+    def __init__(self, owner: WatchEngine, session: OpenSession) -> None:
+        super().__init__(owner.engine, heartbeat_ms=session.spec.heartbeat_ms)
+        self.owner = owner
+        self.spec = session.spec
+        self.wid = session.item.wid
+        self.ttl_ms = session.item.ttl_ms
+        for t in self.spec.topics:
+            if t.topic in session.start:
+                self.subscribe(t.topic, session.start[t.topic], t.epoch, self.spec)
+        self.deleted_before = session.deleted  # dropped from the session on an earlier stream
+        self.saved_state = session.item.cursors
+        self.unsaved = False
+        self.saving: asyncio.Future[bool] | None = None
+        self.saving_state = self.saved_state
+        self.last_save = time.monotonic()
+        self.touch_s = min(self.ttl_ms / 3000, 60.0)
+
+    def _id(self) -> str:
+        return encode_cursor_map(self.cursors)
+
+    def _id_after(self, topic: str, seq: int) -> str:
+        return encode_cursor_map({**self.cursors, topic: seq})
+
+    def _state(self) -> str:
+        deleted = set(self.deleted_before) | {t for t, s in self.subs.items() if s.deleted}
+        return _session_state(self.cursors, deleted)
+
+    async def _checkpoint(self) -> WatchEvent | None:
+        # Cursor saves never hold up delivery: one runs on the engine's pool at a time, and
+        # its outcome is read at a later checkpoint (a False means the session is gone).
+        fut = self.saving
+        if fut is not None:
+            if not fut.done():
+                return None
+            self.saving = None
+            if fut.cancelled() or fut.exception() is not None:
+                _log_failure(fut)
+            elif not fut.result():
+                return WatchEvent(
+                    "error",
+                    b'{"code":410,"error":"watch session expired; POST /v0/watch again"}',
+                )
+            else:
+                self.saved_state = self.saving_state
+        now = time.monotonic()
+        state = self._state()
+        self.unsaved = state != self.saved_state
+        if (self.unsaved and now - self.last_save >= SAVE_INTERVAL_S) or (
+            now - self.last_save >= self.touch_s
+        ):
+            self.last_save = now
+            self.saving_state = state
+            self.saving = self._save(state)
+            self.saving.add_done_callback(lambda _: self.wake.set())
+        return None
+
+    def _save(self, state: str) -> asyncio.Future[bool]:
+        return self.engine.submit_io(
+            self.owner.sessions.save_cursors, self.wid, state, wall_ms(), self.ttl_ms
+        )
+
+    def _checkpoint_deadline(self) -> float:
+        deadline = self.last_save + self.touch_s
+        if self.unsaved:
+            deadline = min(deadline, self.last_save + SAVE_INTERVAL_S)
+        return deadline
+
+    def close(self) -> None:
+        super().close()
         state = self._state()
         # The stream may be closing under cancellation (client gone): the final cursor write
-        # runs on a worker thread and is not awaited.
-        fut = asyncio.get_running_loop().run_in_executor(
-            None, self.owner.sessions.save_cursors, self.wid, state, wall_ms(), self.ttl_ms
-        )
-        fut.add_done_callback(_log_failure)
+        # is not awaited. It starts after a save still in flight, so it lands last.
+        pending = self.saving
+        if pending is not None and not pending.done():
+            pending.add_done_callback(lambda _: self._final_save(state))
+        else:
+            self._final_save(state)
+
+    def _final_save(self, state: str) -> None:
+        try:
+            self._save(state).add_done_callback(_log_failure)
+        except RuntimeError:  # the engine is shutting down: DynamoDB's TTL still applies
+            log.warning("watch session %s closed during shutdown; cursors not saved", self.wid)
 
 
 def _log_failure(fut: asyncio.Future[bool]) -> None:

@@ -13,8 +13,9 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
-from headwater.http import errors, probes, routers, v0, watch
+from headwater.http import errors, probes, routers, v0, watch, ws
 from headwater.http.auth import KeyStore
+from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import TimingMiddleware
 from headwater.services import LazyServices
@@ -65,6 +66,8 @@ def create_app(
     app.include_router(v0.router)
     app.include_router(watch.router)
     app.include_router(routers.router)
+    app.include_router(ws.router)
+    app.add_middleware(InflightLimit)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
     app.add_middleware(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter
@@ -9,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import __version__
+from headwater.engine.quotas import WATCH_SESSIONS
 from headwater.errors import HeadwaterError, NotReady
 from headwater.http.responses import json_response
 from headwater.http.v0 import authorize, services
@@ -78,8 +80,8 @@ async def _snapshot(
         "topics_bytes_live": sum(h.bytes for h in heads),
         "topics_queue_topics": sum(1 for h in heads if h.config.get("type") == "queue"),
         "topics_queue_leases_in_flight": 0,
-        "topics_sse_connections": 0,
-        "topics_watch_sessions": 0,
+        "topics_sse_connections": svc.limits.streams,  # this process (§11 scope)
+        "topics_watch_sessions": await asyncio.to_thread(svc.quotas.current, WATCH_SESSIONS),
         "topics_ready": 0 if svc.shutting_down else 1,
         "topics_recovery_progress": 1.0,
         "topics_uptime_ms": svc.uptime_ms(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -27,7 +27,7 @@ class TimingMiddleware:
         await self.app(scope, receive, send)
 
 
-def elapsed_ms(request: Request) -> float:
+def elapsed_ms(request: HTTPConnection) -> float:
     t0 = request.scope.get(T0_KEY)
     return round((time.perf_counter() - t0) * 1000, 3) if t0 is not None else 0.0
 

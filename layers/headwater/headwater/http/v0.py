@@ -11,8 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater.engine.config import validate_config_patch
+from headwater.engine.log import LogEngine
 from headwater.engine.priority import effective_priority
-from headwater.engine.values import DiffResult
+from headwater.engine.values import AppendRequest, AppendResult, DiffResult
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
@@ -151,18 +152,18 @@ async def delete_topic(topic: str, request: Request) -> Response:
     return json_response(request, {"topic": topic, "deleted": deleted, "routers_removed": removed})
 
 
-@router.post("/v0/topics/{topic}")
-async def append(topic: str, request: Request) -> Response:
-    svc = services(request)
-    authorize(request, svc, "write", name=topic)
-    validate_topic_name(topic)
-    limits = svc.settings.limits
-    body = await read_json(request, limits.max_body_bytes)
-    req = parse_append(body, limits, request.headers.get("idempotency-key"), topic)
-    return_seqs = query_bool(request.query_params, "return_seqs", True)
+async def commit_append(
+    engine: LogEngine, topic: str, req: AppendRequest
+) -> tuple[AppendResult, dict[str, Any]]:
+    """The engine append, timed: the result and its `performance` fields (spec §2). Shared
+    by POST /v0/topics/:topic and the WebSocket publish command."""
     t0 = time.perf_counter()
-    result = await svc.engine.append(topic, req)
+    result = await engine.append(topic, req)
     commit_ms = round((time.perf_counter() - t0) * 1000, 3)
+    return result, {"wal_append_ms": commit_ms, "fsync_ms": 0.0}
+
+
+def append_body(topic: str, result: AppendResult, return_seqs: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "topic": topic,
         "first_seq": result.first_seq,
@@ -176,11 +177,24 @@ async def append(topic: str, request: Request) -> Response:
         created=result.created,
         deduped=result.deduped,
     )
+    return out
+
+
+@router.post("/v0/topics/{topic}")
+async def append(topic: str, request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "write", name=topic)
+    validate_topic_name(topic)
+    limits = svc.settings.limits
+    body = await read_json(request, limits.max_body_bytes)
+    req = parse_append(body, limits, request.headers.get("idempotency-key"), topic)
+    return_seqs = query_bool(request.query_params, "return_seqs", True)
+    result, perf = await commit_append(svc.engine, topic, req)
     return json_response(
         request,
-        out,
+        append_body(topic, result, return_seqs),
         201 if result.created else 200,
-        perf={"wal_append_ms": commit_ms, "fsync_ms": 0.0},
+        perf=perf,
     )
 
 

@@ -3,12 +3,12 @@ server-sent events."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from headwater.engine.log import wall_ms
 from headwater.engine.watch import (
@@ -20,24 +20,22 @@ from headwater.engine.watch import (
 from headwater.errors import InvalidRequest, NotAcceptable, NotFound, Unauthorized
 from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
+from headwater.http.sse import EventStreamResponse
 from headwater.http.v0 import authorize, services
 from headwater.http.v0_parse import boolean, query_bool, require_object, u64
 from headwater.names import validate_topic_name
 from headwater.services import Services
 from headwater.settings import Limits
-from headwater.storage.sessions import DynamoSessionStore
 
 router = APIRouter()
 
 DEFAULT_BATCH_BYTES = 262_144
 SERVER_BATCH_BYTES = 1 << 20  # max_batch_bytes: 0
 MAX_BATCH_BYTES = 8 << 20
-SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
 
 
 def watch_engine(svc: Services) -> WatchEngine:
-    sessions = DynamoSessionStore(svc.clients.dynamodb, svc.settings)
-    return WatchEngine(svc.engine, sessions, svc.settings.watch_session_ttl_ms)
+    return WatchEngine(svc.engine, svc.sessions, svc.settings.watch_session_ttl_ms)
 
 
 def parse_watch(
@@ -169,17 +167,29 @@ async def open_watch(wid: str, request: Request) -> Response:
     if "read" not in item.scopes:
         raise Unauthorized("the creating api key lacks read scope")
     session = watch.resolve(item, request.headers.get("last-event-id"))
+    # The connection counts against the stream caps (spec §11), attributed to the session's
+    # creating key; the response releases the slot however the stream ends.
+    slot = svc.limits.acquire_stream(item.key_id if item.auth else None)
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncGenerator[bytes, None]:
         # retry and a first heartbeat at open (spec §7.5): headers and a byte go out at once.
         yield b"retry: 2000\n\n: hb " + str(wall_ms()).encode() + b"\n\n"
-        async for event in watch.stream(session):
-            yield sse_frame(event)
+        events = watch.stream(session)
+        try:
+            async for event in events:
+                yield sse_frame(event)
+        finally:
+            # Closed now, not whenever the garbage collector gets to it: closing saves the
+            # session's cursors, and a reconnect must find them.
+            await events.aclose()
 
-    return StreamingResponse(
+    caps = svc.settings.caps
+    return EventStreamResponse(
         body(),
-        headers=SSE_HEADERS,
-        media_type="text/event-stream; charset=utf-8",
+        slot,
+        topics=[t.topic for t in session.spec.topics],
+        grace_ms=caps.buffer_grace_ms,
+        timeout_ms=caps.slow_consumer_timeout_ms,
     )
 
 

@@ -247,6 +247,23 @@ class DynamoHeadStore:
                 return total
             kwargs["ExclusiveStartKey"] = lek
 
+    def total_live_bytes(self) -> int:
+        """Sum of retained record bytes over live topics: one paged Scan of the heads table
+        (the byte quota's recount; it runs only when that cap refuses a write)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "ProjectionExpression": "byt",
+            "FilterExpression": "attribute_exists(gk)",
+        }
+        total = 0
+        while True:
+            resp = _call(self._ddb.scan, **kwargs)
+            total += sum(_i(it, "byt") for it in resp.get("Items", []))
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                return total
+            kwargs["ExclusiveStartKey"] = lek
+
     def touch_read(self, head: Head, ts: int) -> None:
         try:
             self._ddb.update_item(

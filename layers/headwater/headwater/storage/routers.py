@@ -2,7 +2,12 @@
 partition (pk "routers", sk = router name), never in the heads table, so a router name can
 never collide with a topic name. One item holds the definition, the durable cursor and
 forwarded_total; every read is strongly consistent (cycle and fan-in checks need the whole
-graph as it is now)."""
+graph as it is now).
+
+The same item carries the forwarding lease: `lo` owner and `lx` expiry (epoch ms). It is
+taken with a conditional write (free, expired or already ours), so at most one forwarder
+owns a router at a time; the cursor advance stays conditional on the cursor it started from,
+so even two forwarders that both believe they own the lease cannot move it twice."""
 
 from __future__ import annotations
 
@@ -54,6 +59,8 @@ def _item(it: dict[str, Any]) -> RouterItem:
         guarantee=str(d["guarantee"]),
         cursor=int(it.get("cur", {}).get("N", "0")),
         forwarded_total=int(it.get("fwd", {}).get("N", "0")),
+        lease_owner=it["lo"]["S"] if "lo" in it else None,
+        lease_expires_ms=int(it.get("lx", {}).get("N", "0")),
     )
 
 
@@ -134,6 +141,47 @@ class DynamoRouterStore:
                     ":f": {"N": str(forwarded)},
                     ":e": {"N": str(expected_cursor)},
                 },
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return True
+
+    def acquire(self, name: str, owner: str, now_ms: int, ttl_ms: int) -> RouterItem | None:
+        """Take or renew the forwarding lease until now + ttl. Returns the router as stored
+        after the write (a strongly consistent cursor), or None: another owner holds an
+        unexpired lease, or the router is gone."""
+        try:
+            resp = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(name),
+                UpdateExpression="SET lo = :o, lx = :x",
+                ConditionExpression=(
+                    "attribute_exists(pk) AND (attribute_not_exists(lo) OR lo = :o OR lx < :now)"
+                ),
+                ExpressionAttributeValues={
+                    ":o": {"S": owner},
+                    ":x": {"N": str(now_ms + ttl_ms)},
+                    ":now": {"N": str(now_ms)},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return _item(resp["Attributes"])
+
+    def release(self, name: str, owner: str) -> bool:
+        """Give the lease up if it is still ours (False: it was not, or the router is gone)."""
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(name),
+                UpdateExpression="REMOVE lo, lx",
+                ConditionExpression="lo = :o",
+                ExpressionAttributeValues={":o": {"S": owner}},
             )
         except ClientError as exc:
             if _error_code(exc) == "ConditionalCheckFailedException":

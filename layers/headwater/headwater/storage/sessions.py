@@ -97,8 +97,51 @@ class DynamoSessionStore:
             raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
         return True
 
-    def delete(self, wid: str) -> None:
+    def delete(self, wid: str) -> bool:
+        """True if this call removed the session (so exactly one caller releases its slot)."""
         try:
-            self._ddb.delete_item(TableName=self._table, Key=self._key(wid))
+            resp = self._ddb.delete_item(
+                TableName=self._table, Key=self._key(wid), ReturnValues="ALL_OLD"
+            )
         except ClientError as exc:
             raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+        return bool(resp.get("Attributes"))
+
+    def sweep(self, now_ms: int) -> int:
+        """The GC sweep (spec §7.1/§11): delete every session idle past its TTL and return
+        how many live ones remain. One paged Scan of the sessions table; run only when the
+        session cap refuses a POST."""
+        live = 0
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "ProjectionExpression": "pk, sk, la, tm",
+        }
+        try:
+            while True:
+                resp = self._ddb.scan(**kwargs)
+                for it in resp.get("Items", []):
+                    if it.get("sk", {}).get("S") != WATCH_SK:
+                        continue
+                    if now_ms - int(it["la"]["N"]) > int(it["tm"]["N"]):
+                        self._delete_if_idle(it)
+                    else:
+                        live += 1
+                last = resp.get("LastEvaluatedKey")
+                if not last:
+                    return live
+                kwargs["ExclusiveStartKey"] = last
+        except ClientError as exc:
+            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+
+    def _delete_if_idle(self, it: dict[str, Any]) -> None:
+        # Conditional on the last access we saw: a stream that touched it meanwhile wins.
+        try:
+            self._ddb.delete_item(
+                TableName=self._table,
+                Key=self._key(it["pk"]["S"]),
+                ConditionExpression="la = :la",
+                ExpressionAttributeValues={":la": it["la"]},
+            )
+        except ClientError as exc:
+            if _error_code(exc) != "ConditionalCheckFailedException":
+                raise

@@ -1,0 +1,204 @@
+"""WsFunction entry point: /v0/ws on an API Gateway WebSocket API (routes $connect,
+$disconnect and $default; requestContext.routeKey says which).
+
+Lambda function URLs cannot upgrade a connection, so on AWS API Gateway holds the sockets
+and calls this function once per event:
+
+- $connect: the bearer (Authorization header, or ?token=) is checked exactly as the
+  uvicorn socket checks it; a missing or wrong key answers 401 (API Gateway refuses the
+  upgrade). The connection takes a slot of the deployment-wide stream cap
+  (TOPICS_MAX_SSE_CONNECTIONS; 429 when full) and is stored with its principal and the
+  management endpoint derived from the request (domain + stage), so nothing else needs
+  configuring to post to it.
+- $default: one command, run by http/ws_commands.Commands (the uvicorn socket's parser,
+  authorization, publish and subscribe logic) over stored subscriptions; frames go out
+  with post_to_connection. After `subscribed`, the backlog up to the head is delivered in
+  the same invocation; later frames come from the forwarder (functions/forwarder).
+- $disconnect: the connection and its subscriptions are removed.
+
+Thin by design: no AWS client at import; everything is built on the first invocation and
+kept for the execution environment's life."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from headwater import jsoncodec
+from headwater.engine.log import wall_ms
+from headwater.errors import HeadwaterError, Unauthorized
+from headwater.http.responses import error_body
+from headwater.http.ws_commands import Commands, error_frame
+from headwater.http.ws_gateway import (
+    ConnectionCap,
+    Delivery,
+    StoredSubscriptions,
+    new_connection,
+    now_s,
+    principal_of,
+)
+from headwater.services import LazyServices, Services
+from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
+from headwater.storage.quota import DynamoQuotaStore
+from headwater.storage.ws_connections import ApiGatewayPoster, ConnectionGone, DynamoWsStore
+
+logger = Logger()
+
+# Leave this much of the invocation for the cursor write after the last backlog frame.
+SAFETY_MARGIN_S = 5.0
+
+
+@dataclass(slots=True)
+class Runtime:
+    svc: Services
+    store: DynamoWsStore
+    delivery: Delivery
+    cap: ConnectionCap
+
+
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        settings = Settings.from_env()
+        lazy = LazyServices(settings, None, None, os.environ.get(ENV_API_KEYS_PARAMETER) or None)
+        svc = lazy.get()
+        ddb = svc.clients.dynamodb
+        store = DynamoWsStore(ddb, settings)
+        cap = ConnectionCap(
+            DynamoQuotaStore(ddb, settings),
+            settings.caps.max_sse_connections,
+            lambda: store.count_connections(now_s()),
+        )
+        poster = ApiGatewayPoster(settings.region)
+        _runtime = Runtime(svc, store, Delivery(svc.engine, store, poster, cap), cap)
+    return _runtime
+
+
+def management_endpoint(request_context: dict[str, Any], region: str) -> str:
+    """Where post_to_connection goes for this API stage. A custom domain name is not the
+    management API's host: use the API's own execute-api host then."""
+    domain = str(request_context.get("domainName", ""))
+    stage = request_context.get("stage", "")
+    if not domain.endswith(".amazonaws.com"):
+        domain = f"{request_context.get('apiId')}.execute-api.{region}.amazonaws.com"
+    return f"https://{domain}/{stage}"
+
+
+def _refusal(exc: HeadwaterError) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json", **exc.headers}
+    if exc.status in (429, 503):
+        headers.setdefault("Retry-After", "1")
+    body = jsoncodec.dumps(error_body(exc)).decode()
+    return {"statusCode": exc.status, "headers": headers, "body": body}
+
+
+def _bearer_inputs(event: dict[str, Any]) -> tuple[str | None, str | None]:
+    headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
+    multi = event.get("multiValueQueryStringParameters") or {}
+    single = event.get("queryStringParameters") or {}
+    tokens = multi.get("token") or ([single["token"]] if single.get("token") else [])
+    return headers.get("authorization"), (tokens[0] if tokens else None)
+
+
+def on_connect(rt: Runtime, event: dict[str, Any]) -> dict[str, Any]:
+    ctx = event["requestContext"]
+    try:
+        principal = rt.svc.keys.authenticate(*_bearer_inputs(event))
+        rt.cap.reserve()
+    except HeadwaterError as exc:
+        logger.info("websocket refused", status=exc.status, code=exc.code)
+        return _refusal(exc)
+    endpoint = management_endpoint(ctx, rt.svc.settings.region)
+    conn = new_connection(principal, ctx["connectionId"], endpoint, wall_ms())
+    try:
+        rt.store.put_connection(conn)
+    except HeadwaterError as exc:
+        rt.cap.release()
+        return _refusal(exc)
+    logger.info("websocket connected", connection_id=conn.connection_id, key_id=conn.key_id)
+    return {"statusCode": 200}
+
+
+def on_disconnect(rt: Runtime, event: dict[str, Any]) -> dict[str, Any]:
+    cid = event["requestContext"]["connectionId"]
+    conn = rt.delivery.drop_connection(cid)
+    logger.info("websocket disconnected", connection_id=cid, known=conn is not None)
+    return {"statusCode": 200}
+
+
+def _raw(event: dict[str, Any]) -> str | bytes:
+    body = event.get("body") or ""
+    if event.get("isBase64Encoded"):
+        return base64.b64decode(body)  # a binary frame: Commands answers it with an error
+    return str(body)
+
+
+async def on_message(rt: Runtime, event: dict[str, Any], deadline: float) -> None:
+    ctx = event["requestContext"]
+    cid = ctx["connectionId"]
+    delivery = rt.delivery
+    conn = await asyncio.to_thread(rt.store.get_connection, cid, now_s())
+    if conn is None:
+        # Not registered (expired, or cleaned up after a failed post): say so and close.
+        endpoint = management_endpoint(ctx, rt.svc.settings.region)
+        frame = error_frame(None, Unauthorized("connection is not registered; reconnect"))
+        try:
+            await delivery.post(endpoint, cid, frame)
+            await asyncio.to_thread(delivery.poster.close, endpoint, cid)
+        except ConnectionGone:
+            pass
+        return
+    gone = False
+
+    async def send(frame: bytes) -> None:
+        nonlocal gone
+        if not gone:
+            try:
+                await delivery.post(conn.endpoint, cid, frame)
+            except ConnectionGone:
+                gone = True
+
+    subs = StoredSubscriptions(rt.store, conn)
+    await Commands(rt.svc, principal_of(conn), subs, send).prepare(_raw(event)).run()
+    for sub in subs.added:  # the backlog of what was just subscribed, up to the head
+        if gone:
+            break
+        try:
+            result = await delivery.deliver(sub, deadline)
+        except HeadwaterError as exc:
+            # The subscription stays; the forwarder continues from its cursor on the
+            # topic's next append (or the client subscribes again from its last to_seq).
+            logger.warning("websocket backlog delivery failed", topic=sub.topic, code=exc.code)
+            await send(error_frame(None, exc))
+            continue
+        gone = gone or result.gone
+    if gone:
+        await asyncio.to_thread(delivery.drop_connection, cid)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    rt = runtime()
+    route = event.get("requestContext", {}).get("routeKey")
+    if route == "$connect":
+        return on_connect(rt, event)
+    if route == "$disconnect":
+        return on_disconnect(rt, event)
+    remaining_s = context.get_remaining_time_in_millis() / 1000
+    deadline = time.monotonic() + max(remaining_s - SAFETY_MARGIN_S, 1.0)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(on_message(rt, event, deadline))
+    finally:
+        loop.close()
+    return {"statusCode": 200}

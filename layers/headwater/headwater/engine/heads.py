@@ -1,0 +1,158 @@
+"""What this process knows about topic heads, and the one loop that keeps it fresh.
+
+Live readers (SSE watch streams, WebSockets) need to learn of appends made by other
+processes. Rather than every connection polling DynamoDB, each process runs one HeadHub:
+it polls the heads of every topic any live reader watches with eventually consistent
+BatchGetItem calls (100 topics per call), backing off from 25 ms after news to the
+configured poll interval, records what it saw, and wakes the topic's readers through the
+Notifier. Local commits record their new head too. An eventually consistent reader then
+reads from the head the process already knows instead of a strongly consistent GetItem
+per wake-up, so 1,000 subscribers of one topic cost one poll per interval and no head
+read per record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headwater.engine.notifier import Notifier
+from headwater.storage.ports import Head, HeadStore
+
+log = logging.getLogger(__name__)
+
+POLL_MIN_S = 0.025
+IDLE_EXIT_S = 5.0  # the hub's task ends after this long with nothing watched
+MAX_KEYS = 100  # BatchGetItem
+
+
+def _order(h: Head) -> tuple[int, int, int, int]:
+    return (h.epoch, int(h.deleted), h.head_seq, h.del_ver)
+
+
+@dataclass(slots=True)
+class _Seen:
+    head: Head
+    at: float  # time.monotonic() when last confirmed
+
+
+class KnownHeads:
+    """The newest head this process has seen per topic (from commits, reads and polls)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, _Seen] = {}
+
+    def note(self, head: Head, now: float | None = None) -> bool:
+        """Record `head` unless we know a newer one. True if it changed what we know."""
+        now = time.monotonic() if now is None else now
+        cur = self._seen.get(head.topic)
+        if cur is None or _order(head) > _order(cur.head):
+            self._seen[head.topic] = _Seen(head, now)
+            return True
+        if _order(head) == _order(cur.head):
+            cur.at = now  # confirmed again: still fresh
+        return False
+
+    def forget(self, topic: str) -> bool:
+        return self._seen.pop(topic, None) is not None
+
+    def fresh(self, topic: str, max_age_s: float) -> Head | None:
+        cur = self._seen.get(topic)
+        if cur is None or time.monotonic() - cur.at > max_age_s:
+            return None
+        return cur.head
+
+
+class HeadHub:
+    """One polling loop per process for every topic that live readers watch."""
+
+    def __init__(
+        self,
+        heads: HeadStore,
+        known: KnownHeads,
+        notifier: Notifier,
+        poll_max_s: Callable[[], float],
+    ) -> None:
+        self.heads = heads
+        self.known = known
+        self.notifier = notifier
+        self.poll_max_s = poll_max_s
+        self.watched: Counter[str] = Counter()
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self.polls = 0  # BatchGetItem calls made (for tests and benchmarks)
+
+    def watch(self, topic: str) -> None:
+        self.watched[topic] += 1
+        self._changed.set()
+        self._ensure_running()
+
+    def unwatch(self, topic: str) -> None:
+        if self.watched[topic] <= 1:
+            self.watched.pop(topic, None)
+        else:
+            self.watched[topic] -= 1
+
+    def _ensure_running(self) -> None:
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is not None and not task.done() and task.get_loop() is loop:
+            return
+        self._changed = asyncio.Event()
+        self._changed.set()
+        self._task = loop.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        poll = POLL_MIN_S
+        idle_since: float | None = None
+        while True:
+            topics = list(self.watched)
+            if not topics:
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since > IDLE_EXIT_S:
+                    return
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IDLE_EXIT_S):
+                        await self._changed.wait()
+                continue
+            idle_since = None
+            news = False
+            try:
+                news = await self._poll(topics)
+            except Exception:  # storage trouble: keep going, readers still have their timers
+                log.warning("head poll failed", exc_info=True)
+            poll = POLL_MIN_S if news else min(poll * 2, self.poll_max_s())
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll):
+                    await self._changed.wait()
+
+    async def _poll(self, topics: list[str]) -> bool:
+        news = False
+        for i in range(0, len(topics), MAX_KEYS):
+            chunk = topics[i : i + MAX_KEYS]
+            self.polls += 1
+            heads = await asyncio.to_thread(self.heads.get_many, chunk, consistent=False)
+            now = time.monotonic()
+            for topic in chunk:
+                h = heads.get(topic)
+                if h is None:
+                    # Gone entirely (its marker was removed): readers re-read and learn it
+                    # from a strong read.
+                    if self.known.forget(topic):
+                        self.notifier.notify(topic)
+                        news = True
+                elif self.known.note(h, now):
+                    self.notifier.notify(topic)
+                    news = True
+        return news

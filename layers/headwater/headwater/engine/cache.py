@@ -1,10 +1,12 @@
 """In-process cache of decoded frames. Frames are immutable except for their deleted-seq set,
 and every record delete bumps the head's del_ver, so a cached frame is valid exactly while
-the head's del_ver equals the one it was cached under."""
+the head's del_ver equals the one it was cached under. Used from the engine's I/O threads
+and the event loop at once, so every method holds one lock."""
 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -23,6 +25,7 @@ class FrameCache:
         self._bytes = 0
         self._topics: dict[str, _TopicFrames] = {}
         self._lru: OrderedDict[tuple[str, int], int] = OrderedDict()
+        self._lock = threading.Lock()
 
     @staticmethod
     def _cost(frame: Frame) -> int:
@@ -32,6 +35,10 @@ class FrameCache:
     def put(self, log_key: str, frame: Frame, del_ver: int) -> None:
         if self._max <= 0:
             return
+        with self._lock:
+            self._put(log_key, frame, del_ver)
+
+    def _put(self, log_key: str, frame: Frame, del_ver: int) -> None:
         t = self._topics.setdefault(log_key, _TopicFrames())
         if frame.last_seq in t.frames:
             self._bytes -= self._lru.pop((log_key, frame.last_seq), 0)
@@ -53,6 +60,10 @@ class FrameCache:
 
     def run(self, log_key: str, after_seq: int, del_ver: int) -> list[Frame]:
         """Cached frames that contiguously cover seqs after `after_seq`, valid for del_ver."""
+        with self._lock:
+            return self._run(log_key, after_seq, del_ver)
+
+    def _run(self, log_key: str, after_seq: int, del_ver: int) -> list[Frame]:
         t = self._topics.get(log_key)
         if t is None:
             return []
@@ -70,6 +81,10 @@ class FrameCache:
         return out
 
     def drop_topic(self, log_key: str) -> None:
+        with self._lock:
+            self._drop_topic(log_key)
+
+    def _drop_topic(self, log_key: str) -> None:
         t = self._topics.pop(log_key, None)
         if t is None:
             return

@@ -3,12 +3,20 @@ envelope check (spec §0.5) that every non-2xx response must pass."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 from starlette.testclient import TestClient
+
+from headwater.engine.log import LogEngine
+from headwater.settings import Settings
+from headwater.storage.blobs import S3BlobStore
+from headwater.storage.bootstrap import ensure_resources
+from headwater.storage.clients import AwsClients
+from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 
 MakeClient = Callable[..., TestClient]
 
@@ -87,3 +95,22 @@ def read_all(client: TestClient, topic: str, **body: Any) -> list[dict[str, Any]
 
 def state(client: TestClient, topic: str) -> dict[str, Any]:
     return ok(client.get(path(topic), params={"touch": "false"}))
+
+
+def counting_engine(settings: Settings, calls: Counter[str]) -> LogEngine:
+    """A LogEngine over fresh tables whose DynamoDB calls are counted by operation name (a
+    second one over the same settings stands in for another process)."""
+    clients = AwsClients.create(settings)
+    ensure_resources(settings, clients)
+
+    def count(event_name: str, **_: Any) -> None:
+        calls[event_name.split(".")[-1]] += 1
+
+    clients.dynamodb.meta.events.register("before-call.dynamodb.*", count)
+    blobs = S3BlobStore(clients.s3, settings.bucket_name)
+    return LogEngine(
+        DynamoHeadStore(clients.dynamodb, settings),
+        DynamoLogTailStore(clients.dynamodb, settings, blobs),
+        blobs,
+        settings,
+    )

@@ -9,34 +9,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from api_helpers import counting_engine
 
-from headwater.engine.log import LogEngine
 from headwater.engine.records import NewRecord
 from headwater.engine.values import AppendRequest, DiffRequest, TagMatch
 from headwater.settings import Settings
-from headwater.storage.blobs import S3BlobStore
-from headwater.storage.bootstrap import ensure_resources
-from headwater.storage.clients import AwsClients
-from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 
 pytestmark = pytest.mark.api
-
-
-def _engine(settings: Settings, calls: Counter[str]) -> LogEngine:
-    clients = AwsClients.create(settings)
-    ensure_resources(settings, clients)
-
-    def count(event_name: str, **_: Any) -> None:
-        calls[event_name.split(".")[-1]] += 1
-
-    clients.dynamodb.meta.events.register("before-call.dynamodb.*", count)
-    blobs = S3BlobStore(clients.s3, settings.bucket_name)
-    return LogEngine(
-        DynamoHeadStore(clients.dynamodb, settings),
-        DynamoLogTailStore(clients.dynamodb, settings, blobs),
-        blobs,
-        settings,
-    )
 
 
 def _rec(i: int, tag: str | None = None) -> NewRecord:
@@ -48,7 +27,7 @@ def test_concurrent_appends_in_one_process_share_transactions(
 ) -> None:
     # GIVEN an engine and a topic that exists
     calls: Counter[str] = Counter()
-    engine = _engine(Settings(resource_prefix=resource_prefix), calls)
+    engine = counting_engine(Settings(resource_prefix=resource_prefix), calls)
 
     async def scenario() -> list[int]:
         await engine.append("gc", AppendRequest([_rec(-1)]))
@@ -71,7 +50,7 @@ def test_tag_delete_spanning_more_frames_than_one_transaction(
 ) -> None:
     # GIVEN 150 frames, each with one record tagged "drop" and one tagged "keep"
     calls: Counter[str] = Counter()
-    engine = _engine(Settings(resource_prefix=resource_prefix), calls)
+    engine = counting_engine(Settings(resource_prefix=resource_prefix), calls)
 
     async def scenario() -> tuple[int, list[dict[str, Any]], int, int]:
         for i in range(150):

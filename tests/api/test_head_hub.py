@@ -12,35 +12,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from api_helpers import counting_engine
 
 from headwater.engine.log import LogEngine
 from headwater.engine.records import NewRecord
 from headwater.engine.values import AppendRequest, DiffRequest
 from headwater.engine.watch import TopicFeed, WatchEvent, WatchSpec
 from headwater.settings import Settings
-from headwater.storage.blobs import S3BlobStore
-from headwater.storage.bootstrap import ensure_resources
-from headwater.storage.clients import AwsClients
-from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 
 pytestmark = pytest.mark.api
-
-
-def _engine(settings: Settings, calls: Counter[str]) -> LogEngine:
-    clients = AwsClients.create(settings)
-    ensure_resources(settings, clients)
-
-    def count(event_name: str, **_: Any) -> None:
-        calls[event_name.split(".")[-1]] += 1
-
-    clients.dynamodb.meta.events.register("before-call.dynamodb.*", count)
-    blobs = S3BlobStore(clients.s3, settings.bucket_name)
-    return LogEngine(
-        DynamoHeadStore(clients.dynamodb, settings),
-        DynamoLogTailStore(clients.dynamodb, settings, blobs),
-        blobs,
-        settings,
-    )
 
 
 def _append(engine: LogEngine, topic: str, *values: int) -> Any:
@@ -60,8 +40,8 @@ def test_many_readers_of_one_topic_share_one_poll_and_read_no_heads(
     settings = Settings(resource_prefix=resource_prefix, poll_interval_ms=50)
     writer_calls: Counter[str] = Counter()
     reader_calls: Counter[str] = Counter()
-    writer = _engine(settings, writer_calls)  # "process A"
-    reader = _engine(settings, reader_calls)  # "process B"
+    writer = counting_engine(settings, writer_calls)  # "process A"
+    reader = counting_engine(settings, reader_calls)  # "process B"
     spec = WatchSpec(topics=())
 
     async def scenario() -> tuple[list[list[int]], int]:
@@ -110,7 +90,7 @@ def test_eventual_diff_uses_the_known_head_only_for_watched_topics(
 ) -> None:
     settings = Settings(resource_prefix=resource_prefix)
     calls: Counter[str] = Counter()
-    engine = _engine(settings, calls)
+    engine = counting_engine(settings, calls)
 
     async def scenario() -> None:
         await _append(engine, "k", 1, 2, 3)  # the commit records the new head
@@ -135,8 +115,8 @@ def test_a_deletion_elsewhere_reaches_an_eventual_reader_through_the_hub(
     moto: None, resource_prefix: str
 ) -> None:
     settings = Settings(resource_prefix=resource_prefix, poll_interval_ms=50)
-    a = _engine(settings, Counter())
-    b = _engine(settings, Counter())
+    a = counting_engine(settings, Counter())
+    b = counting_engine(settings, Counter())
     spec = dataclasses.replace(WatchSpec(topics=()), consistency="eventual")
 
     async def scenario() -> list[str]:

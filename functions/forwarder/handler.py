@@ -41,10 +41,9 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater.engine.routers import RouterEngine, StreamBatch
-from headwater.http.ws_gateway import ConnectionCap, Delivery, now_s
+from headwater.http.ws_gateway import Delivery
 from headwater.services import Core
 from headwater.settings import Settings
-from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
 
 logger = Logger()
@@ -79,13 +78,8 @@ def _delivery() -> Delivery:
     if _ws is None:
         core = _built()
         store = DynamoWsStore(core.clients.dynamodb, core.settings)
-        cap = ConnectionCap(
-            DynamoQuotaStore(core.clients.dynamodb, core.settings),
-            core.settings.caps.max_sse_connections,
-            lambda: store.count_connections(now_s()),
-        )
         poster = ApiGatewayPoster(core.settings.region)
-        _ws = Delivery(core.engine, store, poster, cap)
+        _ws = Delivery(core.engine, store, poster, core.quotas)
     return _ws
 
 

@@ -33,11 +33,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater import jsoncodec
 from headwater.engine.log import wall_ms
+from headwater.engine.quotas import WS_CONNECTIONS
 from headwater.errors import HeadwaterError, Unauthorized
 from headwater.http.responses import error_body
 from headwater.http.ws_commands import Commands, error_frame
 from headwater.http.ws_gateway import (
-    ConnectionCap,
     Delivery,
     StoredSubscriptions,
     new_connection,
@@ -46,7 +46,6 @@ from headwater.http.ws_gateway import (
 )
 from headwater.services import LazyServices, Services
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
-from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.ws_connections import ApiGatewayPoster, ConnectionGone, DynamoWsStore
 
 logger = Logger()
@@ -60,7 +59,6 @@ class Runtime:
     svc: Services
     store: DynamoWsStore
     delivery: Delivery
-    cap: ConnectionCap
 
 
 _runtime: Runtime | None = None
@@ -74,13 +72,8 @@ def runtime() -> Runtime:
         svc = lazy.get()
         ddb = svc.clients.dynamodb
         store = DynamoWsStore(ddb, settings)
-        cap = ConnectionCap(
-            DynamoQuotaStore(ddb, settings),
-            settings.caps.max_sse_connections,
-            lambda: store.count_connections(now_s()),
-        )
         poster = ApiGatewayPoster(settings.region)
-        _runtime = Runtime(svc, store, Delivery(svc.engine, store, poster, cap), cap)
+        _runtime = Runtime(svc, store, Delivery(svc.engine, store, poster, svc.quotas))
     return _runtime
 
 
@@ -114,7 +107,7 @@ def on_connect(rt: Runtime, event: dict[str, Any]) -> dict[str, Any]:
     ctx = event["requestContext"]
     try:
         principal = rt.svc.keys.authenticate(*_bearer_inputs(event))
-        rt.cap.reserve()
+        rt.svc.quotas.reserve(WS_CONNECTIONS)
     except HeadwaterError as exc:
         logger.info("websocket refused", status=exc.status, code=exc.code)
         return _refusal(exc)
@@ -123,7 +116,7 @@ def on_connect(rt: Runtime, event: dict[str, Any]) -> dict[str, Any]:
     try:
         rt.store.put_connection(conn)
     except HeadwaterError as exc:
-        rt.cap.release()
+        rt.svc.quotas.release(WS_CONNECTIONS)
         return _refusal(exc)
     logger.info("websocket connected", connection_id=conn.connection_id, key_id=conn.key_id)
     return {"statusCode": 200}

@@ -14,6 +14,7 @@ from headwater.engine.quotas import (
     TOPICS,
     TOTAL_BYTES,
     WATCH_SESSIONS,
+    WS_CONNECTIONS,
     CountedSessions,
     Quotas,
 )
@@ -28,6 +29,7 @@ from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.routers import DynamoRouterStore
 from headwater.storage.sessions import DynamoSessionStore
+from headwater.storage.ws_connections import DynamoWsStore
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class Core:
         tail = DynamoLogTailStore(clients.dynamodb, settings, blobs)
         sessions = DynamoSessionStore(clients.dynamodb, settings)
         router_store = DynamoRouterStore(clients.dynamodb, settings)
+        ws_store = DynamoWsStore(clients.dynamodb, settings)
         quotas = Quotas(
             DynamoQuotaStore(clients.dynamodb, settings),
             settings.caps,
@@ -77,6 +80,7 @@ class Core:
                 ROUTERS: lambda: len(router_store.list_all()),
                 WATCH_SESSIONS: lambda: sessions.sweep(wall_ms()),
                 TOTAL_BYTES: heads.total_live_bytes,
+                WS_CONNECTIONS: lambda: ws_store.count_connections(wall_ms() // 1000),
             },
         )
         engine = LogEngine(heads, tail, blobs, settings, quotas=quotas)

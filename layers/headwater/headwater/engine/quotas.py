@@ -31,6 +31,8 @@ TOPICS = "topics"
 ROUTERS = "routers"
 WATCH_SESSIONS = "watch_sessions"
 TOTAL_BYTES = "total_bytes"
+# API Gateway WebSocket connections: deployment-wide, they count against the stream cap.
+WS_CONNECTIONS = "ws_connections"
 
 
 class QuotaStore(Protocol):
@@ -53,6 +55,9 @@ def _resources(caps: Caps) -> dict[str, _Resource]:
         ROUTERS: _Resource("max_routers", caps.max_routers, "routers"),
         WATCH_SESSIONS: _Resource("max_watch_sessions", caps.max_watch_sessions, "watch sessions"),
         TOTAL_BYTES: _Resource("max_total_bytes", caps.max_total_bytes, "retained bytes"),
+        WS_CONNECTIONS: _Resource(
+            "max_sse_connections", caps.max_sse_connections, "concurrent streams"
+        ),
     }
 
 

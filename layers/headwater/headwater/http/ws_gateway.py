@@ -26,15 +26,13 @@ import asyncio
 import dataclasses
 import logging
 import secrets
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
-from headwater.engine.quotas import RECOUNT_INTERVAL_S, QuotaStore, cap_hit
+from headwater.engine.quotas import WS_CONNECTIONS, Quotas
 from headwater.engine.watch import TopicFeed, WatchSpec
 from headwater.errors import HeadwaterError, PayloadTooLarge
 from headwater.http.auth import Principal
@@ -51,7 +49,6 @@ MAX_MESSAGE_BYTES = 128 * 1024
 # that still does not fit is split (`fit_message`).
 MAX_BATCH_BYTES = 120 * 1024
 DELIVERY_CONCURRENCY = 16  # subscriptions of one topic delivered at once
-WS_CONNECTIONS = "ws_connections"  # the quota counter (INDEX table, pk "quota")
 
 
 class WsStore(Protocol):
@@ -96,45 +93,6 @@ def new_connection(
 
 def principal_of(conn: WsConnection) -> Principal:
     return Principal(conn.key_id, conn.scopes, conn.prefixes)
-
-
-class ConnectionCap:
-    """A deployment-wide cap on open connections (TOPICS_MAX_SSE_CONNECTIONS: the spec
-    counts WebSockets against the stream caps): a counter in the quota store, reserved on
-    $connect and released by whoever removes the connection item. A missed $disconnect or
-    a connection removed by DynamoDB's TTL leaves it high; a refused reservation recounts
-    the live connection items (a Scan, at most every 2 s per process) and retries once."""
-
-    def __init__(self, store: QuotaStore, cap: int, recount: Callable[[], int]) -> None:
-        self.store = store
-        self.cap = cap
-        self._recount = recount
-        self._last = -1e9
-        self._lock = threading.Lock()
-
-    def reserve(self) -> None:
-        cap = self.cap if self.cap > 0 else None
-        if self.store.reserve(WS_CONNECTIONS, 1, cap):
-            return
-        if self._recount_now() and self.store.reserve(WS_CONNECTIONS, 1, cap):
-            return
-        raise cap_hit("max_sse_connections", self.cap, "concurrent streams")
-
-    def release(self) -> None:
-        try:
-            self.store.release(WS_CONNECTIONS, 1)
-        except Exception:  # never fails the caller: the next recount corrects the counter
-            log.warning("websocket connection counter release failed", exc_info=True)
-
-    def _recount_now(self) -> bool:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._last < RECOUNT_INTERVAL_S:
-                return False
-            self._last = now
-        observed = self.store.get(WS_CONNECTIONS)
-        actual = self._recount()
-        return observed != actual and self.store.set_if(WS_CONNECTIONS, observed, actual)
 
 
 class StoredSubscriptions:
@@ -246,12 +204,12 @@ class Delivery:
         engine: LogEngine,
         store: WsStore,
         poster: Poster,
-        cap: ConnectionCap | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
         self.poster = poster
-        self.cap = cap
+        self.quotas = quotas
 
     async def post(self, endpoint: str, connection_id: str, frame: bytes) -> None:
         for message in fit_message(frame):
@@ -265,8 +223,8 @@ class Delivery:
             return None
         for topic in conn.topics:
             self.store.delete_subscription(topic, connection_id)
-        if self.cap is not None:
-            self.cap.release()
+        if self.quotas is not None:
+            self.quotas.release(WS_CONNECTIONS)
         return conn
 
     async def deliver(self, sub: WsSubscription, deadline: float) -> Delivered:

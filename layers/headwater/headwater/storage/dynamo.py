@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from headwater.engine.records import Frame, decode_records
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
+from headwater.storage.ddb import conditional, error_code
 from headwater.storage.ports import (
     AppendCommit,
     AppendRejected,
@@ -47,16 +48,12 @@ def _opt_i(item: dict[str, Any], name: str) -> int | None:
     return int(v["N"]) if v is not None else None
 
 
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
 def _call(fn: Callable[..., T], **kwargs: Any) -> T:
     try:
         return fn(**kwargs)
     except ClientError as exc:
         raise StorageUnavailable(
-            f"storage error: {_error_code(exc)}", detail={"aws_error": _error_code(exc)}
+            f"storage error: {error_code(exc)}", detail={"aws_error": error_code(exc)}
         ) from exc
 
 
@@ -131,31 +128,22 @@ class DynamoHeadStore:
                 "ConditionExpression": "attribute_exists(dl) AND ep = :ep",
                 "ExpressionAttributeValues": {":ep": _n(replacing.epoch)},
             }
-        try:
-            self._ddb.put_item(TableName=self._table, Item=head_to_item(head), **cond)
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.put_item, TableName=self._table, Item=head_to_item(head), **cond
+        )
 
     def put_config(self, head: Head, config: dict[str, Any]) -> bool:
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key={"pk": _s(head.topic)},
-                UpdateExpression="SET cfg = :cfg",
-                ConditionExpression="ep = :ep AND attribute_not_exists(dl)",
-                ExpressionAttributeValues={
-                    ":cfg": _s(json.dumps(config, sort_keys=True)),
-                    ":ep": _n(head.epoch),
-                },
-            )
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key={"pk": _s(head.topic)},
+            UpdateExpression="SET cfg = :cfg",
+            ConditionExpression="ep = :ep AND attribute_not_exists(dl)",
+            ExpressionAttributeValues={
+                ":cfg": _s(json.dumps(config, sort_keys=True)),
+                ":ep": _n(head.epoch),
+            },
+        )
 
     def mark_deleted(self, head: Head, *, if_empty: bool) -> bool:
         marker = Head(topic=head.topic, epoch=head.epoch, deleted=True, config=head.config)
@@ -164,18 +152,13 @@ class DynamoHeadStore:
         if if_empty:
             cond += " AND cnt = :zero"
             values[":zero"] = _n(0)
-        try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=head_to_item(marker),
-                ConditionExpression=cond,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.put_item,
+            TableName=self._table,
+            Item=head_to_item(marker),
+            ConditionExpression=cond,
+            ExpressionAttributeValues=values,
+        )
 
     def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]:
         if after is not None and prefix and not after.startswith(prefix):
@@ -274,8 +257,8 @@ class DynamoHeadStore:
                 ExpressionAttributeValues={":ts": _n(ts), ":ep": _n(head.epoch)},
             )
         except ClientError as exc:
-            if _error_code(exc) != "ConditionalCheckFailedException":
-                raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
 
     def clear_tag_pending(self, head: Head, frame_last_seq: int) -> None:
         try:
@@ -288,8 +271,8 @@ class DynamoHeadStore:
                 ExpressionAttributeValues={":ep": _n(head.epoch)},
             )
         except ClientError as exc:
-            if _error_code(exc) != "ConditionalCheckFailedException":
-                raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
 
 
 def _tag_sk(tag: str, frame_last_seq: int) -> str:
@@ -372,7 +355,7 @@ class DynamoLogTailStore:
         try:
             self._ddb.transact_write_items(TransactItems=items)
         except ClientError as exc:
-            code = _error_code(exc)
+            code = error_code(exc)
             if code != "TransactionCanceledException":
                 raise StorageUnavailable(f"storage error: {code}") from exc
             reasons = exc.response.get("CancellationReasons") or []
@@ -649,7 +632,7 @@ class DynamoLogTailStore:
         try:
             self._ddb.transact_write_items(TransactItems=items)
         except ClientError as exc:
-            if _error_code(exc) == "TransactionCanceledException":
+            if error_code(exc) == "TransactionCanceledException":
                 return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         return True

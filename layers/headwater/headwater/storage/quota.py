@@ -15,13 +15,10 @@ from botocore.exceptions import ClientError
 
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
+from headwater.storage.ddb import conditional, error_code
 from headwater.storage.schema import INDEX
 
 QUOTA_PK = "quota"
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 class DynamoQuotaStore:
@@ -45,13 +42,7 @@ class DynamoQuotaStore:
                 return False
             kwargs["ConditionExpression"] = "attribute_not_exists(n) OR n <= :lim"
             kwargs["ExpressionAttributeValues"][":lim"] = {"N": str(cap - amount)}
-        try:
-            self._ddb.update_item(**kwargs)
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(self._ddb.update_item, **kwargs)
 
     def release(self, name: str, amount: int) -> None:
         if amount <= 0:
@@ -64,7 +55,7 @@ class DynamoQuotaStore:
                 ExpressionAttributeValues={":a": {"N": str(amount)}, ":z": {"N": "0"}},
             )
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
 
     def get(self, name: str) -> int | None:
         try:
@@ -72,7 +63,7 @@ class DynamoQuotaStore:
                 TableName=self._table, Key=self._key(name), ConsistentRead=True
             )
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         item = resp.get("Item")
         return int(item["n"]["N"]) if item and "n" in item else None
 
@@ -84,16 +75,11 @@ class DynamoQuotaStore:
         else:
             cond = "n = :o"
             values = {":v": {"N": str(value)}, ":o": {"N": str(observed)}}
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(name),
-                UpdateExpression="SET n = :v",
-                ConditionExpression=cond,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._key(name),
+            UpdateExpression="SET n = :v",
+            ConditionExpression=cond,
+            ExpressionAttributeValues=values,
+        )

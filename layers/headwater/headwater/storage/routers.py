@@ -18,14 +18,11 @@ from botocore.exceptions import ClientError
 
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
+from headwater.storage.ddb import conditional, error_code
 from headwater.storage.ports import RouterItem
 from headwater.storage.schema import INDEX
 
 ROUTERS_PK = "routers"
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _definition(item: RouterItem) -> str:
@@ -89,7 +86,7 @@ class DynamoRouterStore:
                     return out
                 kwargs["ExclusiveStartKey"] = last
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
 
     def get(self, name: str) -> RouterItem | None:
         try:
@@ -97,7 +94,7 @@ class DynamoRouterStore:
                 TableName=self._table, Key=self._key(name), ConsistentRead=True
             )
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         it = resp.get("Item")
         return _item(it) if it else None
 
@@ -116,7 +113,7 @@ class DynamoRouterStore:
                 },
             )
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
 
     def delete(self, name: str) -> bool:
         try:
@@ -124,29 +121,24 @@ class DynamoRouterStore:
                 TableName=self._table, Key=self._key(name), ReturnValues="ALL_OLD"
             )
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         return bool(resp.get("Attributes"))
 
     def advance(self, name: str, expected_cursor: int, cursor: int, forwarded: int) -> bool:
         """Move the cursor forward and add to forwarded_total, only if nobody else moved it
         (and the router still exists). False: lost the race or the router is gone."""
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(name),
-                UpdateExpression="SET cur = :c ADD fwd :f",
-                ConditionExpression="attribute_exists(pk) AND cur = :e",
-                ExpressionAttributeValues={
-                    ":c": {"N": str(cursor)},
-                    ":f": {"N": str(forwarded)},
-                    ":e": {"N": str(expected_cursor)},
-                },
-            )
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._key(name),
+            UpdateExpression="SET cur = :c ADD fwd :f",
+            ConditionExpression="attribute_exists(pk) AND cur = :e",
+            ExpressionAttributeValues={
+                ":c": {"N": str(cursor)},
+                ":f": {"N": str(forwarded)},
+                ":e": {"N": str(expected_cursor)},
+            },
+        )
 
     def acquire(self, name: str, owner: str, now_ms: int, ttl_ms: int) -> RouterItem | None:
         """Take or renew the forwarding lease until now + ttl. Returns the router as stored
@@ -168,23 +160,18 @@ class DynamoRouterStore:
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return None
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         return _item(resp["Attributes"])
 
     def release(self, name: str, owner: str) -> bool:
         """Give the lease up if it is still ours (False: it was not, or the router is gone)."""
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(name),
-                UpdateExpression="REMOVE lo, lx",
-                ConditionExpression="lo = :o",
-                ExpressionAttributeValues={":o": {"S": owner}},
-            )
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._key(name),
+            UpdateExpression="REMOVE lo, lx",
+            ConditionExpression="lo = :o",
+            ExpressionAttributeValues={":o": {"S": owner}},
+        )

@@ -10,14 +10,11 @@ from botocore.exceptions import ClientError
 
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
+from headwater.storage.ddb import conditional, error_code
 from headwater.storage.ports import WatchSessionItem
 from headwater.storage.schema import SESSIONS
 
 WATCH_SK = "watch"
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _ttl_s(now_ms: int, ttl_ms: int) -> str:
@@ -48,7 +45,7 @@ class DynamoSessionStore:
         try:
             self._ddb.put_item(TableName=self._table, Item=attrs)
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
 
     def get(self, wid: str) -> WatchSessionItem | None:
         try:
@@ -56,7 +53,7 @@ class DynamoSessionStore:
                 TableName=self._table, Key=self._key(wid), ConsistentRead=True
             )
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         it = resp.get("Item")
         if not it:
             return None
@@ -82,20 +79,15 @@ class DynamoSessionStore:
         if cursors is not None:
             sets.append("cur = :cur")
             values[":cur"] = {"S": cursors}
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(wid),
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames={"#t": "ttl"},
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._key(wid),
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#t": "ttl"},
+            ExpressionAttributeValues=values,
+        )
 
     def delete(self, wid: str) -> bool:
         """True if this call removed the session (so exactly one caller releases its slot)."""
@@ -104,7 +96,7 @@ class DynamoSessionStore:
                 TableName=self._table, Key=self._key(wid), ReturnValues="ALL_OLD"
             )
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         return bool(resp.get("Attributes"))
 
     def sweep(self, now_ms: int) -> int:
@@ -131,7 +123,7 @@ class DynamoSessionStore:
                     return live
                 kwargs["ExclusiveStartKey"] = last
         except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
 
     def _delete_if_idle(self, it: dict[str, Any]) -> None:
         # Conditional on the last access we saw: a stream that touched it meanwhile wins.
@@ -143,5 +135,5 @@ class DynamoSessionStore:
                 ExpressionAttributeValues={":la": it["la"]},
             )
         except ClientError as exc:
-            if _error_code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise

@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError
 
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
+from headwater.storage.ddb import error_code
 from headwater.storage.schema import INDEX, SESSIONS
 
 CONNECTION_PK = "wsc#"
@@ -66,12 +67,8 @@ class ConnectionGone(Exception):
     """The client has disconnected (API Gateway's GoneException)."""
 
 
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
 def _storage_error(exc: ClientError) -> StorageUnavailable:
-    return StorageUnavailable(f"storage error: {_error_code(exc)}")
+    return StorageUnavailable(f"storage error: {error_code(exc)}")
 
 
 class DynamoWsStore:
@@ -156,7 +153,7 @@ class DynamoWsStore:
                 ExpressionAttributeValues={":t": {"SS": [topic]}},
             )
         except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise _storage_error(exc) from exc
         return True
@@ -223,7 +220,7 @@ class DynamoWsStore:
         try:
             resp = self._ddb.delete_item(**kwargs)
         except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise _storage_error(exc) from exc
         return bool(resp.get("Attributes"))
@@ -283,7 +280,7 @@ class DynamoWsStore:
                 },
             )
         except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise _storage_error(exc) from exc
         return True
@@ -337,13 +334,13 @@ class ApiGatewayPoster:
         try:
             self._client(endpoint).post_to_connection(ConnectionId=connection_id, Data=data)
         except ClientError as exc:
-            if _error_code(exc) == "GoneException":
+            if error_code(exc) == "GoneException":
                 raise ConnectionGone(connection_id) from exc
-            raise StorageUnavailable(f"websocket post failed: {_error_code(exc)}") from exc
+            raise StorageUnavailable(f"websocket post failed: {error_code(exc)}") from exc
 
     def close(self, endpoint: str, connection_id: str) -> None:
         try:
             self._client(endpoint).delete_connection(ConnectionId=connection_id)
         except ClientError as exc:
-            if _error_code(exc) != "GoneException":
-                raise StorageUnavailable(f"websocket close failed: {_error_code(exc)}") from exc
+            if error_code(exc) != "GoneException":
+                raise StorageUnavailable(f"websocket close failed: {error_code(exc)}") from exc

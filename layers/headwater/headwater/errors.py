@@ -84,6 +84,10 @@ class TopicNotEmpty(Conflict):
     code = "topic_not_empty"
 
 
+class NotAQueue(Conflict):
+    code = "not_a_queue"
+
+
 class PayloadTooLarge(HeadwaterError):
     status, code = 413, "payload_too_large"
 

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from headwater.engine.log import LogEngine, wall_ms
+from headwater.engine.queue import QueueEngine
 from headwater.engine.quotas import (
     ROUTERS,
     TOPICS,
@@ -26,6 +27,7 @@ from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.leases import DynamoLeaseStore
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.routers import DynamoRouterStore
 from headwater.storage.sessions import DynamoSessionStore
@@ -62,6 +64,7 @@ class Core:
     routers: RouterEngine
     quotas: Quotas
     sessions: CountedSessions
+    queues: QueueEngine
 
     @classmethod
     def build(cls, settings: Settings, clients: AwsClients | None = None) -> Core:
@@ -89,7 +92,16 @@ class Core:
             router_store,
             poll_s=settings.poll_interval_ms / 1000,
         )
-        return cls(settings, clients, engine, routers, quotas, CountedSessions(sessions, quotas))
+        queues = QueueEngine(engine, DynamoLeaseStore(clients.dynamodb, settings))
+        return cls(
+            settings,
+            clients,
+            engine,
+            routers,
+            quotas,
+            CountedSessions(sessions, quotas),
+            queues,
+        )
 
 
 @dataclass(slots=True)
@@ -102,6 +114,7 @@ class Services:
     quotas: Quotas
     sessions: CountedSessions
     limits: ConnectionLimits
+    queues: QueueEngine
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
 
@@ -117,6 +130,7 @@ class Services:
             core.quotas,
             core.sessions,
             ConnectionLimits(settings.caps),
+            core.queues,
         )
 
     def uptime_ms(self) -> int:

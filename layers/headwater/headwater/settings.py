@@ -23,6 +23,7 @@ ENV_MAX_META_BYTES = "TOPICS_MAX_META_BYTES"
 ENV_MAX_TAG_BYTES = "TOPICS_MAX_TAG_BYTES"
 ENV_MAX_NODE_BYTES = "TOPICS_MAX_NODE_BYTES"
 ENV_MAX_LIMIT = "TOPICS_MAX_LIMIT"
+ENV_MAX_CLAIM = "TOPICS_MAX_CLAIM"
 ENV_RESOURCE_PREFIX = "HEADWATER_RESOURCE_PREFIX"
 ENV_BUCKET = "HEADWATER_BUCKET"
 ENV_REGION = "AWS_REGION"
@@ -93,6 +94,7 @@ class Limits:
     max_node_bytes: int = 128
     max_idempotency_key_chars: int = 256
     max_limit: int = 1000
+    max_claim: int = 1000  # queue claim max and ack/nack/extend seqs length (spec §10, §11)
     default_limit: int = 256
     max_wait_ms: int = 30_000
 
@@ -159,6 +161,7 @@ class Settings:
             max_tag_bytes=_int(e, ENV_MAX_TAG_BYTES, 256, 1),
             max_node_bytes=_int(e, ENV_MAX_NODE_BYTES, 128, 1),
             max_limit=_int(e, ENV_MAX_LIMIT, 1000, 1),
+            max_claim=_int(e, ENV_MAX_CLAIM, 1000, 1),
         )
         caps = Caps(
             max_topics=_int(e, ENV_MAX_TOPICS, 100_000),

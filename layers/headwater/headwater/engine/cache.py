@@ -80,6 +80,16 @@ class FrameCache:
             i += 1
         return out
 
+    def frame(self, log_key: str, last_seq: int, del_ver: int) -> Frame | None:
+        """The cached frame ending at `last_seq`, if valid for del_ver."""
+        with self._lock:
+            t = self._topics.get(log_key)
+            entry = t.frames.get(last_seq) if t is not None else None
+            if entry is None or entry[1] != del_ver:
+                return None
+            self._lru.move_to_end((log_key, last_seq))
+            return entry[0]
+
     def drop_topic(self, log_key: str) -> None:
         with self._lock:
             self._drop_topic(log_key)

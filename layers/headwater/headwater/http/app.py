@@ -13,7 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
-from headwater.http import errors, probes, routers, v0, watch, ws
+from headwater.http import errors, probes, queue, routers, v0, watch, ws
 from headwater.http.auth import KeyStore
 from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
@@ -64,6 +64,7 @@ def create_app(
     errors.install(app)
     app.include_router(probes.router)
     app.include_router(v0.router)
+    app.include_router(queue.router)
     app.include_router(watch.router)
     app.include_router(routers.router)
     app.include_router(ws.router)

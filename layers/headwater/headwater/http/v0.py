@@ -13,7 +13,9 @@ from starlette.responses import Response
 from headwater.engine.config import validate_config_patch
 from headwater.engine.log import LogEngine
 from headwater.engine.priority import effective_priority
+from headwater.engine.queue import Counters
 from headwater.engine.values import AppendRequest, AppendResult, DiffResult
+from headwater.errors import TopicNotFound
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
@@ -51,7 +53,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def state_body(head: Head) -> dict[str, Any]:
+def state_body(head: Head, queue: Counters | None = None) -> dict[str, Any]:
     cfg = head.config
     body: dict[str, Any] = {
         "topic": head.topic,
@@ -66,9 +68,12 @@ def state_body(head: Head) -> dict[str, Any]:
         "last_write_ts": head.last_write_ts,
         "last_read_ts": head.last_read_ts,
     }
-    if cfg.get("type") == "queue":
-        # Lease counters arrive with the work-queue issue; until then nothing is leased.
-        body["queue"] = {"ready": head.count, "in_flight": 0, "dead_lettered": 0}
+    if queue is not None:
+        body["queue"] = {
+            "ready": queue.ready,
+            "in_flight": queue.in_flight,
+            "dead_lettered": queue.dead_lettered,
+        }
     return body
 
 
@@ -96,7 +101,8 @@ async def get_topic(topic: str, request: Request) -> Response:
     validate_topic_name(topic)
     touch = query_bool(request.query_params, "touch", True)
     head = await svc.engine.get_topic(topic, touch=touch)
-    return json_response(request, state_body(head))
+    counters = await svc.queues.counters(head) if head.config.get("type") == "queue" else None
+    return json_response(request, state_body(head, counters))
 
 
 @router.get("/v0/topics")
@@ -147,7 +153,13 @@ async def delete_topic(topic: str, request: Request) -> Response:
     authorize(request, svc, "delete", name=topic)
     validate_topic_name(topic)
     if_empty = query_bool(request.query_params, "if_empty", False)
+    try:
+        was: Head | None = await svc.engine.get_topic(topic, touch=False)
+    except TopicNotFound:
+        was = None
     deleted = await svc.engine.delete_topic(topic, if_empty=if_empty)
+    if deleted and was is not None and was.config.get("type") == "queue":
+        await svc.queues.forget(was)  # its lease items are never read again
     removed = await svc.routers.remove_for_topic(topic)  # spec §1.4: the cascade
     return json_response(request, {"topic": topic, "deleted": deleted, "routers_removed": removed})
 

@@ -205,3 +205,63 @@ class RouterStore(Protocol):
     # router as stored after the write, or None if another owner holds it (or it is gone).
     def acquire(self, name: str, owner: str, now_ms: int, ttl_ms: int) -> RouterItem | None: ...
     def release(self, name: str, owner: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A work-queue job handed out and not yet completed (spec §10). `node` is the holder,
+    None once released by a nack; `due` is the deadline while held, the time it becomes
+    claimable again once released. `frame`/`size` locate and size its record."""
+
+    seq: int
+    node: str | None
+    lease_id: str
+    due: int
+    deliveries: int
+    frame: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    cursor: int  # every seq <= cursor was handed out at least once
+    dead_lettered: int
+    leases: list[Lease]  # outstanding, ascending by seq
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What a lease write is conditional on: the exact lease seen (lease id and due), or the
+    holder (node, plus the lease id when the caller fenced with one)."""
+
+    lease_id: str | None = None
+    due: int | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCommit:
+    """Jobs finished in one transaction: lease items deleted on their guards, the records
+    still live deleted from the log (frame last seq, seq, size), and a dead-letter count."""
+
+    qkey: str
+    head: Head
+    leases: list[tuple[int, Guard]]
+    records: list[tuple[int, int, int]]
+    dead_lettered: int = 0
+
+
+class LeaseStore(Protocol):
+    def load(self, qkey: str) -> QueueState: ...
+    def claim(
+        self,
+        qkey: str,
+        cursor: tuple[int, int] | None,
+        fresh: Sequence[Lease],
+        reclaimed: Sequence[tuple[Lease, Guard]],
+    ) -> set[int]: ...
+    def update(
+        self, qkey: str, changes: Sequence[tuple[int, Guard, int, str | None]]
+    ) -> set[int]: ...
+    def complete(self, c: LeaseCommit) -> set[int]: ...
+    def clear(self, qkey: str) -> int: ...

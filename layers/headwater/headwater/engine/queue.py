@@ -1,0 +1,767 @@
+"""Work queues (spec §10): lease-based, at-least-once job delivery on a queue topic's log.
+
+The jobs are the topic's records; the lease state lives in the LEASES table (see
+storage/leases.py): a claim cursor, and one lease item per job handed out and not finished.
+
+- Claim: one pass per topic per process serves every claimer waiting (a cohort when the
+  topic has claim_jitter_ms, otherwise whoever queued while the previous pass ran). A pass
+  reads the queue, takes expired or released leases first (the reclaim freelist, by seq),
+  then fresh jobs above the cursor, and commits them with conditional writes on exactly the
+  state it read; a pass that loses a race re-reads and tries again.
+- Visibility timeout: by clock, lazily. A lease whose deadline has passed is claimable; no
+  timer or background process is involved, so this holds on Lambda as it does locally.
+- Ack deletes the record (the §5 permanent delete) and the lease in one transaction, on the
+  lease being held by the acking node; nack and extend re-time the lease on the same guard.
+- Dead letter: a job about to be delivered for the (max_deliveries + 1)-th time is appended
+  to the dead_letter topic (idempotently, keyed by queue instance and seq) and then finished
+  like an ack.
+- Counters (ready / in_flight) are evaluated from the lease items and the head at the moment
+  of the call: nothing decays in storage, so nothing has to run to keep them right."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+import secrets
+import time
+from collections.abc import AsyncGenerator, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.engine.log import LogEngine
+from headwater.engine.quotas import TOTAL_BYTES
+from headwater.engine.records import Frame, NewRecord, StoredRecord, encoded_size
+from headwater.engine.values import AppendRequest
+from headwater.errors import (
+    HeadwaterError,
+    NotAQueue,
+    StorageUnavailable,
+    TopicNotFound,
+)
+from headwater.storage.leases import CONFLICT, MAX_TXN_ITEMS, queue_key
+from headwater.storage.ports import Guard, Head, Lease, LeaseCommit, LeaseStore, QueueState
+
+log = logging.getLogger(__name__)
+
+LEASE_MIN_MS, LEASE_MAX_MS = 100, 86_400_000
+PASS_ATTEMPTS = 12
+WORK_TICK_S = 1.0  # a /work stream re-checks its leases and the queue at least this often
+WORK_HEARTBEAT_MS = 15_000
+
+
+def clamp_lease_ms(value: int) -> int:
+    return min(max(value, LEASE_MIN_MS), LEASE_MAX_MS)
+
+
+def new_lease_id() -> str:
+    return "lease_" + secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    seq: int
+    lease_id: str
+    deadline: int
+    deliveries: int
+    record: StoredRecord
+
+    def render(self, topic_json: bytes | None = None) -> bytes:
+        """The claimed[] entry: the record ($-metadata, data, meta) plus the lease fields."""
+        body = self.record.render(include_tags=True, include_meta=True)
+        lease = b',"lease_id":"%s","deadline":%d,"deliveries":%d}' % (
+            self.lease_id.encode(),
+            self.deadline,
+            self.deliveries,
+        )
+        if topic_json is not None:
+            body = b'{"topic":' + topic_json + b"," + body[1:]
+        return body[:-1] + lease
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    ready: int
+    in_flight: int
+    dead_lettered: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    jobs: list[Job]
+    ready: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseOpResult:
+    done: list[int]
+    skipped: list[int]
+    counters: Counters
+    deadlines: dict[int, int] = field(default_factory=dict)
+
+
+def counters(head: Head, state: QueueState, now: int) -> Counters:
+    claimable = in_flight = 0
+    for lease in state.leases:
+        if lease.due <= now:
+            claimable += 1
+        elif lease.node is not None:
+            in_flight += 1
+    fresh = max(0, min(head.count - len(state.leases), head.head_seq - state.cursor))
+    return Counters(claimable + fresh, in_flight, state.dead_lettered)
+
+
+@dataclass(slots=True)
+class _Claimer:
+    node: str
+    want: int
+    lease_ms: int | None
+    future: asyncio.Future[ClaimResult]
+    jobs: list[Job] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Coordinator:
+    waiting: list[_Claimer] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True)
+class _Plan:
+    head: Head
+    qkey: str
+    cursor: tuple[int, int] | None
+    fresh: list[tuple[int, Lease, StoredRecord]]  # (claimer, lease, record)
+    reclaimed: list[tuple[int, Lease, Guard, StoredRecord]]
+    dead: list[tuple[Lease, StoredRecord]]
+    orphans: list[Lease]  # lease items whose record is gone (deleted, expired)
+    ready: int
+    more: bool  # claimable work was left for a next attempt (dead letters took slots)
+
+
+def _share(available: int, wants: list[int], cohort: bool) -> list[int]:
+    """How many of `available` jobs each claimer gets: in arrival order (greedy), or, for a
+    coalescing-window cohort, in proportion to each claimer's max, remainders round-robin."""
+    out = [0] * len(wants)
+    if not cohort:
+        for i, w in enumerate(wants):
+            out[i] = min(w, available)
+            available -= out[i]
+        return out
+    total = sum(wants)
+    if available >= total:
+        return list(wants)
+    for i, w in enumerate(wants):
+        out[i] = available * w // total
+    left = available - sum(out)
+    while left > 0:
+        for i, w in enumerate(wants):
+            if left and out[i] < w:
+                out[i] += 1
+                left -= 1
+    return out
+
+
+class QueueEngine:
+    def __init__(self, engine: LogEngine, store: LeaseStore) -> None:
+        self.log = engine
+        self.store = store
+        self._coordinators: dict[str, _Coordinator] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self.passes = 0
+
+    # --- helpers ------------------------------------------------------------------------
+    def _queue_head(self, topic: str) -> Head:
+        head = self.log.heads.get(topic)
+        if head is None or head.deleted:
+            raise TopicNotFound(topic)
+        if head.config.get("type", "log") != "queue":
+            raise NotAQueue(
+                f"topic {topic!r} is not a queue (create it with type: queue)",
+                detail={"topic": topic},
+            )
+        return head
+
+    def _frame(self, head: Head, last_seq: int) -> Frame | None:
+        frame = self.log.cache.frame(head.log_key, last_seq, head.del_ver)
+        if frame is None:
+            frame = self.log.tail.get_frames(head, [last_seq]).get(last_seq)
+            if frame is not None:
+                self.log.cache.put(head.log_key, frame, head.del_ver)
+        return frame
+
+    def _live(self, head: Head, frame: Frame | None, seq: int, now: int) -> StoredRecord | None:
+        """The job's record if it is still live: not deleted, not below the floor, not past
+        the topic's ttl (an expired job is never delivered)."""
+        if frame is None or seq in frame.deleted or seq < head.earliest_seq:
+            return None
+        if not frame.first_seq <= seq <= frame.last_seq:
+            return None
+        rec = frame.records[seq - frame.first_seq]
+        ttl = int(head.config.get("ttl_ms", 0))
+        if ttl > 0 and rec.ts < now - ttl:
+            return None
+        return rec
+
+    @staticmethod
+    async def _backoff(attempt: int) -> None:
+        await asyncio.sleep(random.uniform(0, min(0.05, 0.002 * 2**attempt)))
+
+    # --- claim --------------------------------------------------------------------------
+    async def claim(self, topic: str, node: str, want: int, lease_ms: int | None) -> ClaimResult:
+        loop = asyncio.get_running_loop()
+        claimer = _Claimer(node, want, lease_ms, loop.create_future())
+        coord = self._coordinators.setdefault(topic, _Coordinator())
+        coord.waiting.append(claimer)
+        if coord.task is None or coord.task.done():
+            coord.task = loop.create_task(self._coordinate(topic, coord))
+        return await claimer.future
+
+    async def _coordinate(self, topic: str, coord: _Coordinator) -> None:
+        try:
+            while coord.waiting:
+                jitter_ms = 0
+                try:
+                    head = await self.log._io(self._queue_head, topic)
+                    jitter_ms = int(head.config.get("claim_jitter_ms", 0))
+                except Exception as exc:
+                    self._fail(coord.waiting, exc)
+                    coord.waiting = []
+                    continue
+                if jitter_ms > 0:
+                    # The coalescing window: everyone arriving in it joins this cohort.
+                    await asyncio.sleep(jitter_ms / 1000)
+                cohort, coord.waiting = coord.waiting, []
+                cohort = [c for c in cohort if not c.future.done()]
+                if not cohort:
+                    continue
+                try:
+                    ready = await self._serve(topic, cohort, jitter_ms > 0)
+                except Exception as exc:
+                    self._fail(cohort, exc)
+                    continue
+                for c in cohort:
+                    if c.future.done():
+                        # The claimer went away after its jobs were leased: give them back.
+                        if c.jobs:
+                            self._spawn(self._release(topic, c.node, c.jobs))
+                        continue
+                    c.jobs.sort(key=lambda j: j.seq)
+                    c.future.set_result(ClaimResult(c.jobs, ready))
+        finally:
+            if self._coordinators.get(topic) is coord and not coord.waiting:
+                self._coordinators.pop(topic, None)
+
+    @staticmethod
+    def _fail(claimers: list[_Claimer], exc: BaseException) -> None:
+        for c in claimers:
+            if not c.future.done():
+                c.future.set_exception(exc)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _serve(self, topic: str, cohort: list[_Claimer], share: bool) -> int:
+        """Claim for a cohort until each has its max, the queue has nothing claimable, or
+        the attempts run out. Returns the ready counter after the pass."""
+        ready = 0
+        no_dead_letter: set[int] = set()
+        for attempt in range(PASS_ATTEMPTS):
+            wants = [c.want - len(c.jobs) for c in cohort]
+            if sum(wants) <= 0:
+                break
+            self.passes += 1
+            plan = await self.log._io(self._plan, topic, cohort, wants, share, no_dead_letter)
+            ready = plan.ready
+            for lease, rec in plan.dead:
+                if not await self._dead_letter(plan, lease, rec):
+                    no_dead_letter.add(lease.seq)
+            if plan.orphans:
+                await self.log._io(
+                    self._finish,
+                    plan.head,
+                    plan.qkey,
+                    [
+                        (lease, Guard(lease_id=lease.lease_id, due=lease.due))
+                        for lease in plan.orphans
+                    ],
+                    False,
+                )
+            conflicted = await self.log._io(self._commit, plan, cohort)
+            if not conflicted and not plan.more:
+                break
+            if conflicted:
+                await self._backoff(attempt)
+        return ready
+
+    def _plan(
+        self,
+        topic: str,
+        cohort: list[_Claimer],
+        wants: list[int],
+        share: bool,
+        no_dead_letter: set[int],
+    ) -> _Plan:
+        head = self._queue_head(topic)
+        qkey = queue_key(topic, head.epoch)
+        state = self.store.load(qkey)
+        now = self.log.clock()
+        cfg = head.config
+        max_deliveries = int(cfg.get("max_deliveries", 0))
+        dead_letter = cfg.get("dead_letter") if max_deliveries > 0 else None
+        total = sum(wants)
+
+        # The reclaim freelist first: expired and released leases, by seq.
+        picked: list[tuple[Lease, StoredRecord]] = []
+        dead: list[tuple[Lease, StoredRecord]] = []
+        orphans: list[Lease] = []
+        claimable = [lease for lease in state.leases if lease.due <= now]
+        more = False
+        for lease in claimable:
+            if len(picked) >= total:
+                more = True
+                break
+            rec = self._live(head, self._frame(head, lease.frame), lease.seq, now)
+            if rec is None:
+                orphans.append(lease)
+            elif (
+                dead_letter
+                and lease.deliveries >= max_deliveries
+                and (lease.seq not in no_dead_letter)
+            ):
+                dead.append((lease, rec))
+            else:
+                picked.append((lease, rec))
+        more = more or bool(dead) or bool(orphans)
+
+        # Then fresh jobs above the claim cursor.
+        fresh_recs: list[tuple[StoredRecord, int]] = []  # (record, its frame's last seq)
+        cursor: tuple[int, int] | None = None
+        need = total - len(picked)
+        examined = 0
+        if need > 0 and state.cursor < head.head_seq:
+            start = max(state.cursor, head.earliest_seq - 1)
+            frames = self.log._frames_after(head, start, need)
+            last = state.cursor
+            for frame in frames:
+                for rec in frame.records:
+                    if rec.seq <= start or rec.seq > head.head_seq:
+                        continue
+                    if len(fresh_recs) >= need:
+                        break
+                    last = rec.seq
+                    examined += 1
+                    if self._live(head, frame, rec.seq, now) is not None:
+                        fresh_recs.append((rec, frame.last_seq))
+                else:
+                    continue
+                break
+            if last > state.cursor:
+                cursor = (state.cursor, last)
+
+        # Share what was found across the cohort, then make the leases.
+        shares = _share(len(picked) + len(fresh_recs), wants, share)
+        pool: list[tuple[Lease | None, StoredRecord, int]] = [
+            (lease, r, lease.frame) for lease, r in picked
+        ]
+        pool += [(None, r, frame_last) for r, frame_last in fresh_recs]
+        fresh: list[tuple[int, Lease, StoredRecord]] = []
+        reclaimed: list[tuple[int, Lease, Guard, StoredRecord]] = []
+        pos = 0
+        for i, n in enumerate(shares):
+            c = cohort[i]
+            lease_ms = clamp_lease_ms(
+                c.lease_ms if c.lease_ms is not None else int(cfg.get("lease_ms", 30_000))
+            )
+            for old, rec, frame_last in pool[pos : pos + n]:
+                lease = Lease(
+                    seq=rec.seq,
+                    node=c.node,
+                    lease_id=new_lease_id(),
+                    due=now + lease_ms,
+                    deliveries=(old.deliveries if old is not None else 0) + 1,
+                    frame=frame_last,
+                    size=rec.size,
+                )
+                if old is None:
+                    fresh.append((i, lease, rec))
+                else:
+                    reclaimed.append((i, lease, Guard(lease_id=old.lease_id, due=old.due), rec))
+            pos += n
+
+        before = counters(head, state, now)
+        taken = len(picked) + len(dead) + len(orphans)
+        fresh_left = max(0, min(head.count - len(state.leases), head.head_seq - state.cursor))
+        ready = max(0, before.ready - taken - min(fresh_left, examined))
+        return _Plan(head, qkey, cursor, fresh, reclaimed, dead, orphans, ready, more)
+
+    def _commit(self, plan: _Plan, cohort: list[_Claimer]) -> bool:
+        """Write the plan, in transactions of at most 100 items: the cursor step with the
+        fresh leases, then the reclaims. Grants the committed jobs; True if any part lost a
+        race (the caller re-plans)."""
+        conflicted = False
+        fresh = plan.fresh
+        if plan.cursor is not None:
+            old, new = plan.cursor
+            chunk_n = MAX_TXN_ITEMS - 1
+            for i in range(0, max(len(fresh), 1), chunk_n):
+                fchunk = fresh[i : i + chunk_n]
+                last = i + chunk_n >= len(fresh)
+                step_to = new if last else fchunk[-1][1].seq
+                failed = self.store.claim(plan.qkey, (old, step_to), [f[1] for f in fchunk], [])
+                if failed:
+                    conflicted = True  # the cursor moved: another pass handed those out
+                    break
+                self._grant(cohort, fchunk)
+                old = step_to
+        pending = list(plan.reclaimed)
+        while pending:
+            chunk = pending[:MAX_TXN_ITEMS]
+            failed = self.store.claim(
+                plan.qkey, None, [], [(lease, guard) for _, lease, guard, _ in chunk]
+            )
+            if CONFLICT in failed:
+                conflicted = True
+                break
+            if failed:
+                # Leases someone else re-leased first: drop those, commit the rest.
+                conflicted = True
+                keep = [r for k, r in enumerate(chunk, start=1) if k not in failed]
+                pending = keep + pending[len(chunk) :]
+                continue
+            self._grant(cohort, [(c, lease, rec) for c, lease, _, rec in chunk])
+            pending = pending[len(chunk) :]
+        return conflicted
+
+    @staticmethod
+    def _grant(cohort: list[_Claimer], granted: Sequence[tuple[int, Lease, StoredRecord]]) -> None:
+        for i, lease, rec in granted:
+            cohort[i].jobs.append(Job(lease.seq, lease.lease_id, lease.due, lease.deliveries, rec))
+
+    async def _dead_letter(self, plan: _Plan, lease: Lease, rec: StoredRecord) -> bool:
+        """Move one job to the dead-letter topic, then finish it. False when the dead-letter
+        topic cannot take it (absent with auto_create off): the job is then delivered."""
+        head = plan.head
+        dest = str(head.config["dead_letter"])
+        meta = json.loads(rec.meta_raw) if rec.meta_raw is not None else {}
+        if not isinstance(meta, dict):
+            meta = {}
+        meta.update(
+            {
+                "$dead_letter_from": head.topic,
+                "$dead_letter_deliveries": lease.deliveries,
+                "$dead_letter_src_seq": lease.seq,
+            }
+        )
+        meta_raw = json.dumps(meta, separators=(",", ":")).encode()
+        record = NewRecord(
+            data=None,
+            node=rec.node,
+            tag=rec.tag,
+            meta=meta,
+            size=encoded_size(rec.data_raw, meta_raw, rec.tag, rec.node),
+            data_raw=rec.data_raw,
+            meta_raw=meta_raw,
+        )
+        # Keyed by queue instance and seq: a pass that dies after the append and before the
+        # finish, or two passes racing, leave one copy (within the idempotency window).
+        key = f"hw-dead-letter:{head.topic}#{head.epoch}:{lease.seq}"
+        try:
+            await self.log.append(dest, AppendRequest([record], idempotency_key=key))
+        except TopicNotFound:
+            log.warning("dead_letter topic %r absent and not auto-creatable", dest)
+            return False
+        except HeadwaterError as exc:
+            log.warning("dead-lettering %s/%d failed: %s", head.topic, lease.seq, exc.message)
+            raise
+        await self.log._io(
+            self._finish,
+            head,
+            plan.qkey,
+            [(lease, Guard(lease_id=lease.lease_id, due=lease.due))],
+            True,
+        )
+        return True
+
+    # --- finishing: ack, dead letter, orphans ---------------------------------------------
+    def _finish(
+        self,
+        head: Head,
+        qkey: str,
+        targets: list[tuple[Lease, Guard]],
+        dead_letter: bool,
+    ) -> tuple[list[int], Head]:
+        """Delete each target's lease (on its guard) and its record, in transactions of at
+        most 100 items. Returns the seqs finished by this call and the head after."""
+        done: list[int] = []
+        gone: set[int] = set()  # records already deleted (a §5 delete got there first)
+        pending = list(targets)
+        attempts = 0
+        while pending:
+            attempts += 1
+            if attempts > 4 * PASS_ATTEMPTS:
+                raise StorageUnavailable("queue update kept conflicting; retry")
+            chunk: list[tuple[Lease, Guard]] = []
+            frames: set[int] = set()
+            for lease, guard in pending:
+                extra = 1 + (lease.frame not in frames)
+                if 1 + len(frames) + len(chunk) + extra + int(dead_letter) > MAX_TXN_ITEMS:
+                    break
+                chunk.append((lease, guard))
+                frames.add(lease.frame)
+            records = [
+                (lease.frame, lease.seq, lease.size)
+                for lease, _ in chunk
+                if lease.seq not in gone and lease.seq >= head.earliest_seq
+            ]
+            commit = LeaseCommit(
+                qkey,
+                head,
+                [(lease.seq, guard) for lease, guard in chunk],
+                records,
+                len(chunk) if dead_letter else 0,
+            )
+            failed = self.store.complete(commit)
+            if not failed:
+                done.extend(lease.seq for lease, _ in chunk)
+                if records:
+                    head = self._after(head, records)
+                pending = pending[len(chunk) :]
+                continue
+            if CONFLICT in failed:
+                time.sleep(random.uniform(0, 0.01))
+                continue
+            record_frames = sorted({f for f, _, _ in records})
+            if 0 in failed:
+                fresh = self.log.heads.get(head.topic)
+                if fresh is None or fresh.deleted or fresh.epoch != head.epoch:
+                    raise TopicNotFound(head.topic)
+                head = fresh
+            for k, frame_last in enumerate(record_frames, start=1):
+                if k in failed:
+                    frame = self.log.tail.get_frames(head, [frame_last]).get(frame_last)
+                    if frame is not None:
+                        gone.update(frame.deleted)
+            base = 1 + len(record_frames)
+            lost = {chunk[k - base][0].seq for k in failed if k >= base}
+            pending = [t for t in pending if t[0].seq not in lost]
+        if done:
+            self.log.known.forget(head.topic)
+            self.log._head_cache.pop(head.topic, None)
+        return done, head
+
+    def _after(self, head: Head, records: list[tuple[int, int, int]]) -> Head:
+        freed = sum(size for _, _, size in records)
+        self.log.quota_release(TOTAL_BYTES, freed)
+        return dataclasses.replace(
+            head,
+            count=head.count - len(records),
+            bytes=head.bytes - freed,
+            del_ver=head.del_ver + 1,
+        )
+
+    def _held(
+        self,
+        state: QueueState,
+        node: str,
+        seqs: Sequence[int],
+        lease_ids: Sequence[str] | None,
+    ) -> tuple[list[tuple[Lease, Guard]], list[int]]:
+        """The requested leases `node` holds (and whose id matches, when fenced), with the
+        guard to write them on; the rest are skipped."""
+        by_seq = {lease.seq: lease for lease in state.leases}
+        held: list[tuple[Lease, Guard]] = []
+        skipped: list[int] = []
+        seen: set[int] = set()
+        for i, seq in enumerate(seqs):
+            if seq in seen:
+                continue
+            seen.add(seq)
+            lease = by_seq.get(seq)
+            fence = lease_ids[i] if lease_ids is not None else None
+            if (
+                lease is None
+                or lease.node != node
+                or (fence is not None and lease.lease_id != fence)
+            ):
+                skipped.append(seq)
+            else:
+                held.append((lease, Guard(lease_id=fence, node=node)))
+        return held, skipped
+
+    async def ack(
+        self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
+    ) -> LeaseOpResult:
+        result = await self.log._io(self._ack_sync, topic, node, seqs, lease_ids)
+        self.log.notifier.notify(topic)
+        return result
+
+    def _ack_sync(
+        self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
+    ) -> LeaseOpResult:
+        head = self._queue_head(topic)
+        qkey = queue_key(topic, head.epoch)
+        state = self.store.load(qkey)
+        held, skipped = self._held(state, node, seqs, lease_ids)
+        done, after = self._finish(head, qkey, held, False) if held else ([], head)
+        finished = set(done)
+        skipped += [lease.seq for lease, _ in held if lease.seq not in finished]
+        left = QueueState(
+            state.cursor,
+            state.dead_lettered,
+            [lease for lease in state.leases if lease.seq not in finished],
+        )
+        return LeaseOpResult(done, skipped, counters(after, left, self.log.clock()))
+
+    async def retime(
+        self,
+        topic: str,
+        node: str,
+        seqs: Sequence[int],
+        lease_ids: Sequence[str] | None,
+        *,
+        release: bool,
+        ms: int,
+    ) -> LeaseOpResult:
+        """nack (release=True: claimable again after `ms`) or extend (deadline now + `ms`)."""
+        result = await self.log._io(self._retime_sync, topic, node, seqs, lease_ids, release, ms)
+        if release:
+            self.log.notifier.notify(topic)
+        return result
+
+    def _retime_sync(
+        self,
+        topic: str,
+        node: str,
+        seqs: Sequence[int],
+        lease_ids: Sequence[str] | None,
+        release: bool,
+        ms: int,
+    ) -> LeaseOpResult:
+        head = self._queue_head(topic)
+        qkey = queue_key(topic, head.epoch)
+        state = self.store.load(qkey)
+        held, skipped = self._held(state, node, seqs, lease_ids)
+        now = self.log.clock()
+        due = now + ms
+        done: list[int] = []
+        pending = held
+        attempts = 0
+        while pending:
+            attempts += 1
+            if attempts > 4 * PASS_ATTEMPTS:
+                raise StorageUnavailable("queue update kept conflicting; retry")
+            chunk = pending[:MAX_TXN_ITEMS]
+            failed = self.store.update(
+                qkey, [(lease.seq, guard, due, None if release else node) for lease, guard in chunk]
+            )
+            if CONFLICT in failed:
+                time.sleep(random.uniform(0, 0.01))
+                continue
+            lost = {chunk[k][0].seq for k in failed}
+            skipped += sorted(lost)
+            done += [lease.seq for lease, _ in chunk if lease.seq not in lost]
+            pending = pending[len(chunk) :]
+        changed = set(done)
+        leases = [
+            Lease(
+                lease.seq,
+                None if release else lease.node,
+                lease.lease_id,
+                due,
+                lease.deliveries,
+                lease.frame,
+                lease.size,
+            )
+            if lease.seq in changed
+            else lease
+            for lease in state.leases
+        ]
+        after = QueueState(state.cursor, state.dead_lettered, leases)
+        deadlines = {} if release else {seq: due for seq in done}
+        return LeaseOpResult(done, skipped, counters(head, after, now), deadlines)
+
+    async def _release(self, topic: str, node: str, jobs: Sequence[Job]) -> None:
+        """Give leases back at once (a /work connection ended, a claimer went away)."""
+        try:
+            await self.retime(
+                topic,
+                node,
+                [j.seq for j in jobs],
+                [j.lease_id for j in jobs],
+                release=True,
+                ms=0,
+            )
+        except HeadwaterError as exc:
+            log.warning("releasing %d leases on %s failed: %s", len(jobs), topic, exc.message)
+
+    # --- state --------------------------------------------------------------------------
+    async def check(self, topic: str) -> Head:
+        """The queue's head: 404 topic_not_found, or 409 not_a_queue for a log topic."""
+        return await self.log._io(self._queue_head, topic)
+
+    async def counters(self, head: Head) -> Counters:
+        state = await self.log._io(self.store.load, queue_key(head.topic, head.epoch))
+        return counters(head, state, self.log.clock())
+
+    async def forget(self, head: Head) -> None:
+        """Drop a deleted queue instance's lease items (best effort)."""
+        try:
+            await self.log._io(self.store.clear, queue_key(head.topic, head.epoch))
+        except HeadwaterError:
+            log.warning("leases of deleted queue %s left behind", head.topic, exc_info=True)
+
+    # --- push mode (/work) --------------------------------------------------------------
+    async def work(
+        self, topic: str, node: str, depth: int, lease_ms: int | None
+    ) -> AsyncGenerator[Job | None, None]:
+        """Keep up to `depth` jobs leased to this stream: yields each job as it is leased, and
+        None when a heartbeat is due. When the consumer stops (closes the generator, or is
+        cancelled), the leases delivered here and still held are released at once."""
+        held: dict[int, Job] = {}
+        hub = self.log.hub
+        hub.watch(topic)  # appends in other processes wake this stream too
+        last_frame = time.monotonic()
+        try:
+            while True:
+                if len(held) < depth:
+                    got = await self.claim(topic, node, depth - len(held), lease_ms)
+                    for job in got.jobs:
+                        held[job.seq] = job
+                        yield job
+                    if got.jobs:
+                        last_frame = time.monotonic()
+                        continue
+                idle = time.monotonic() - last_frame
+                wait = min(WORK_TICK_S, max(0.0, WORK_HEARTBEAT_MS / 1000 - idle))
+                await self.log.notifier.wait(topic, wait)
+                if time.monotonic() - last_frame >= WORK_HEARTBEAT_MS / 1000:
+                    last_frame = time.monotonic()
+                    yield None
+                if held:
+                    held = await self.log._io(self._still_held, topic, node, held)
+        finally:
+            hub.unwatch(topic)
+            if held:
+                task = self._spawn(self._release(topic, node, list(held.values())))
+                # If this stream is cancelled meanwhile, the release still runs to the end.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+
+    def _still_held(self, topic: str, node: str, held: dict[int, Job]) -> dict[int, Job]:
+        head = self._queue_head(topic)
+        state = self.store.load(queue_key(topic, head.epoch))
+        current = {lease.seq: lease for lease in state.leases}
+        return {
+            seq: job
+            for seq, job in held.items()
+            if (lease := current.get(seq)) is not None
+            and lease.node == node
+            and lease.lease_id == job.lease_id
+        }

@@ -1,0 +1,202 @@
+"""/v0 work queues (spec §10): claim, ack, nack, extend, and the /work push stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from headwater.engine.log import wall_ms
+from headwater.engine.queue import (
+    LEASE_MAX_MS,
+    Counters,
+    LeaseOpResult,
+    QueueEngine,
+    clamp_lease_ms,
+)
+from headwater.errors import BatchTooLarge, InvalidRequest, NotAcceptable
+from headwater.http.bodies import read_json
+from headwater.http.responses import json_response
+from headwater.http.sse import EventStreamResponse
+from headwater.http.v0 import authorize, services
+from headwater.http.v0_parse import is_int, query_int, require_object, u64
+from headwater.http.watch import accepts_event_stream
+from headwater.jsoncodec import dumps
+from headwater.names import validate_topic_name
+from headwater.services import Services
+from headwater.settings import Limits
+
+router = APIRouter()
+
+
+def _node(value: Any, limits: Limits) -> str:
+    if not isinstance(value, str) or not value or len(value.encode()) > limits.max_node_bytes:
+        raise InvalidRequest(
+            f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",
+            detail={"field": "node"},
+        )
+    return value
+
+
+def _seqs(body: dict[str, Any], limits: Limits) -> tuple[list[int], list[str] | None]:
+    seqs = body.get("seqs")
+    if not isinstance(seqs, list) or not seqs:
+        raise InvalidRequest("seqs must be a non-empty array of seqs", detail={"field": "seqs"})
+    if len(seqs) > limits.max_claim:
+        raise BatchTooLarge(
+            f"seqs holds {len(seqs)} entries; the limit is {limits.max_claim}",
+            detail={"field": "seqs", "max": limits.max_claim},
+        )
+    if not all(is_int(s) and s >= 1 for s in seqs):
+        raise InvalidRequest("each seq must be a positive integer", detail={"field": "seqs"})
+    ids = body.get("lease_ids")
+    if ids is None:
+        return seqs, None
+    if not isinstance(ids, list) or len(ids) != len(seqs):
+        raise InvalidRequest(
+            "lease_ids must be an array with one lease id per seq",
+            detail={"field": "lease_ids"},
+        )
+    if not all(isinstance(i, str) and i.startswith("lease_") and len(i) <= 64 for i in ids):
+        raise InvalidRequest(
+            "each lease id must be a lease_<hex> token from a claim",
+            detail={"field": "lease_ids"},
+        )
+    return seqs, ids
+
+
+def _lease_ms(body: dict[str, Any], name: str = "lease_ms") -> int | None:
+    if body.get(name) is None:
+        return None
+    return clamp_lease_ms(u64(body, name, 0))
+
+
+def queues(svc: Services) -> QueueEngine:
+    return svc.queues
+
+
+async def _lease_body(
+    request: Request, topic: str, verb: str, op: LeaseOpResult, extra: dict[str, Any]
+) -> Response:
+    c: Counters = op.counters
+    body: dict[str, Any] = {
+        "topic": topic,
+        verb: len(op.done),
+        "skipped": op.skipped,
+        "ready": c.ready,
+        "in_flight": c.in_flight,
+    }
+    body.update(extra)
+    return json_response(request, body)
+
+
+async def _prepare(request: Request, topic: str, *scopes: str) -> tuple[Services, dict[str, Any]]:
+    svc = services(request)
+    authorize(request, svc, *scopes, name=topic)
+    validate_topic_name(topic)
+    body = require_object(await read_json(request, svc.settings.limits.max_body_bytes))
+    return svc, body
+
+
+@router.post("/v0/topics/{topic}/claim")
+async def claim(topic: str, request: Request) -> Response:
+    # A claim mutates (it leases) and returns jobs: it takes both read and write (§0.2).
+    svc, body = await _prepare(request, topic, "read", "write")
+    limits = svc.settings.limits
+    node = _node(body.get("node"), limits)
+    max_n = min(u64(body, "max", 1), limits.max_claim)
+    lease_ms = _lease_ms(body)
+    result = await queues(svc).claim(topic, node, max_n, lease_ms)
+    jobs = b"[" + b",".join(job.render() for job in result.jobs) + b"]"
+    return json_response(
+        request,
+        {"topic": topic, "count": len(result.jobs), "ready": result.ready},
+        raw={"claimed": jobs},
+    )
+
+
+@router.post("/v0/topics/{topic}/ack")
+async def ack(topic: str, request: Request) -> Response:
+    svc, body = await _prepare(request, topic, "write")
+    node = _node(body.get("node"), svc.settings.limits)
+    seqs, ids = _seqs(body, svc.settings.limits)
+    op = await queues(svc).ack(topic, node, seqs, ids)
+    # The delete is durable when DynamoDB acknowledges the write; no separate fsync step.
+    return await _lease_body(request, topic, "acked", op, {"performance": {"fsync_ms": 0.0}})
+
+
+@router.post("/v0/topics/{topic}/nack")
+async def nack(topic: str, request: Request) -> Response:
+    svc, body = await _prepare(request, topic, "write")
+    node = _node(body.get("node"), svc.settings.limits)
+    seqs, ids = _seqs(body, svc.settings.limits)
+    delay = min(u64(body, "delay_ms", 0), LEASE_MAX_MS)
+    op = await queues(svc).retime(topic, node, seqs, ids, release=True, ms=delay)
+    return await _lease_body(request, topic, "nacked", op, {})
+
+
+@router.post("/v0/topics/{topic}/extend")
+async def extend(topic: str, request: Request) -> Response:
+    svc, body = await _prepare(request, topic, "write")
+    node = _node(body.get("node"), svc.settings.limits)
+    seqs, ids = _seqs(body, svc.settings.limits)
+    lease_ms = _lease_ms(body)
+    if lease_ms is None:
+        raise InvalidRequest("lease_ms is required", detail={"field": "lease_ms"})
+    op = await queues(svc).retime(topic, node, seqs, ids, release=False, ms=lease_ms)
+    deadlines = {str(seq): due for seq, due in op.deadlines.items()}
+    body_out = {"extended": len(op.done), "skipped": op.skipped, "deadlines": deadlines}
+    return json_response(request, {"topic": topic, **body_out})
+
+
+@router.get("/v0/topics/{topic}/work")
+async def work(topic: str, request: Request) -> Response:
+    svc = services(request)
+    if not accepts_event_stream(request.headers.get("accept")):
+        raise NotAcceptable("this stream needs Accept: text/event-stream")
+    tokens = request.query_params.getlist("token")
+    principal = svc.keys.authenticate(
+        request.headers.get("authorization"), tokens[0] if tokens else None
+    )
+    principal.require("read", "write")
+    principal.require_name(topic)
+    validate_topic_name(topic)
+    q = request.query_params
+    limits = svc.settings.limits
+    node = _node(q.get("node"), limits)
+    depth = query_int(q, "max", 1, 1, limits.max_claim)
+    lease_raw = q.get("lease_ms")
+    lease_ms = clamp_lease_ms(query_int(q, "lease_ms", 0, 0, LEASE_MAX_MS)) if lease_raw else None
+    engine = queues(svc)
+    # Establishment errors (404 topic_not_found, 409 not_a_queue) are plain HTTP errors.
+    await engine.check(topic)
+    slot = svc.limits.acquire_stream(principal.key_id if svc.keys.enabled else None)
+    topic_json = dumps(topic)
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        yield b"retry: 2000\n\n: hb " + str(wall_ms()).encode() + b"\n\n"
+        jobs = engine.work(topic, node, depth, lease_ms)
+        try:
+            async for job in jobs:
+                if job is None:
+                    yield b": hb " + str(wall_ms()).encode() + b"\n\n"
+                else:
+                    yield b"id: %d\nevent: job\ndata: %s\n\n" % (job.seq, job.render(topic_json))
+        finally:
+            # Closing the job stream releases this connection's leases (spec §10.8).
+            await jobs.aclose()
+
+    caps = svc.settings.caps
+    return EventStreamResponse(
+        body(),
+        slot,
+        topics=[topic],
+        grace_ms=caps.buffer_grace_ms,
+        timeout_ms=caps.slow_consumer_timeout_ms,
+    )
+
+
+__all__ = ["router"]

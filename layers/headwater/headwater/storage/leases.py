@@ -1,0 +1,328 @@
+"""DynamoDB adapter for work-queue leases (spec §10), in the LEASES table.
+
+One partition per queue instance, pk = "q#<topic>#<epoch>" (a recreated topic starts clean):
+- sk 0, the queue item: the claim cursor `cur` (every seq <= cur has been handed out at least
+  once) and the cumulative `dl` (dead-lettered) counter.
+- sk = seq, one lease item per job handed out and not yet completed: holder `nd` (absent once
+  released by a nack), lease id `lid`, `due` (the deadline while held, the visible-at time
+  once released), delivery count `dv`, and the frame (`fl`) and size (`sz`) of its record, so
+  an ack deletes the record without reading it.
+
+A seq <= cur with no lease item is done (acked or dead-lettered). A job is claimable when it
+is above the cursor, or its lease item's `due` has passed. Every change is a conditional
+write on exactly the state the caller saw (cursor value, lease id + due, holder), so two
+processes can never both hold a job: the loser's condition fails and it re-reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from headwater.errors import StorageUnavailable
+from headwater.settings import Settings
+from headwater.storage.ddb import error_code
+from headwater.storage.ports import Guard, Head, Lease, LeaseCommit, QueueState
+from headwater.storage.schema import HEADS, LEASES, LOG
+
+MAX_TXN_ITEMS = 100
+CONFLICT = -1  # a failed position meaning: cancelled by a concurrent write, retry
+
+
+def queue_key(topic: str, epoch: int) -> str:
+    return f"q#{topic}#{epoch}"
+
+
+def _n(v: int) -> dict[str, str]:
+    return {"N": str(v)}
+
+
+def _lease_from_item(item: dict[str, Any]) -> Lease:
+    return Lease(
+        seq=int(item["sk"]["N"]),
+        node=item["nd"]["S"] if "nd" in item else None,
+        lease_id=item["lid"]["S"],
+        due=int(item["due"]["N"]),
+        deliveries=int(item["dv"]["N"]),
+        frame=int(item["fl"]["N"]),
+        size=int(item["sz"]["N"]),
+    )
+
+
+def _lease_item(qkey: str, lease: Lease) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "pk": {"S": qkey},
+        "sk": _n(lease.seq),
+        "lid": {"S": lease.lease_id},
+        "due": _n(lease.due),
+        "dv": _n(lease.deliveries),
+        "fl": _n(lease.frame),
+        "sz": _n(lease.size),
+    }
+    if lease.node is not None:
+        item["nd"] = {"S": lease.node}
+    return item
+
+
+def _guard(guard: Guard, values: dict[str, Any], tag: str) -> str:
+    """The condition a lease write holds on: the exact lease seen (its id and due), or the
+    holder (its node, and lease id when the caller fenced with one)."""
+    parts = ["attribute_exists(sk)"]
+    if guard.lease_id is not None:
+        values[f":l{tag}"] = {"S": guard.lease_id}
+        parts.append(f"lid = :l{tag}")
+    if guard.due is not None:
+        values[f":d{tag}"] = _n(guard.due)
+        parts.append(f"due = :d{tag}")
+    if guard.node is not None:
+        values[f":n{tag}"] = {"S": guard.node}
+        parts.append(f"nd = :n{tag}")
+    return " AND ".join(parts)
+
+
+class DynamoLeaseStore:
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self._ddb = client
+        self._table = settings.table_name(LEASES.logical)
+        self._heads_table = settings.table_name(HEADS.logical)
+        self._log_table = settings.table_name(LOG.logical)
+
+    # --- reads --------------------------------------------------------------------------
+    def load(self, qkey: str) -> QueueState:
+        """The queue item and every outstanding lease, strongly consistent, by seq."""
+        cursor = dead = 0
+        leases: list[Lease] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": qkey}},
+            "ConsistentRead": True,
+        }
+        while True:
+            try:
+                resp = self._ddb.query(**kwargs)
+            except ClientError as exc:
+                raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+            for item in resp.get("Items", []):
+                if item["sk"]["N"] == "0":
+                    cursor = int(item.get("cur", {"N": "0"})["N"])
+                    dead = int(item.get("dl", {"N": "0"})["N"])
+                else:
+                    leases.append(_lease_from_item(item))
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                break
+            kwargs["ExclusiveStartKey"] = last
+        return QueueState(cursor, dead, leases)
+
+    # --- writes -------------------------------------------------------------------------
+    def _transact(self, items: list[dict[str, Any]]) -> set[int]:
+        """Run one transaction: the empty set when it committed, else the positions of the
+        items whose condition failed, or {CONFLICT} when it was cancelled for another reason
+        (a concurrent transaction on the same items: retry)."""
+        try:
+            self._ddb.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            code = error_code(exc)
+            if code != "TransactionCanceledException":
+                raise StorageUnavailable(f"storage error: {code}") from exc
+            reasons = exc.response.get("CancellationReasons") or []
+            codes = [r.get("Code") for r in reasons]
+            if any(c in ("ThrottlingError", "ProvisionedThroughputExceeded") for c in codes):
+                raise StorageUnavailable("storage throttled; retry") from exc
+            failed = {i for i, c in enumerate(codes) if c == "ConditionalCheckFailed"}
+            return failed or {CONFLICT}
+        return set()
+
+    def claim(
+        self,
+        qkey: str,
+        cursor: tuple[int, int] | None,
+        fresh: Sequence[Lease],
+        reclaimed: Sequence[tuple[Lease, Guard]],
+    ) -> set[int]:
+        """Hand out jobs in one transaction: move the cursor (old, new) and create a lease
+        item per fresh job, and re-lease each reclaimed job on the exact lease seen. Returns
+        the failed positions: 0 = the cursor, 1.. = fresh, then reclaimed (empty: done)."""
+        items: list[dict[str, Any]] = []
+        if cursor is not None:
+            old, new = cursor
+            cond = "cur = :old" if old else "attribute_not_exists(cur) OR cur = :old"
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": {"pk": {"S": qkey}, "sk": _n(0)},
+                        "UpdateExpression": "SET cur = :new",
+                        "ConditionExpression": cond,
+                        "ExpressionAttributeValues": {":old": _n(old), ":new": _n(new)},
+                    }
+                }
+            )
+        for lease in fresh:
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": _lease_item(qkey, lease),
+                        "ConditionExpression": "attribute_not_exists(sk)",
+                    }
+                }
+            )
+        for i, (lease, guard) in enumerate(reclaimed):
+            values: dict[str, Any] = {
+                ":nd": {"S": lease.node or ""},
+                ":lid": {"S": lease.lease_id},
+                ":due": _n(lease.due),
+                ":dv": _n(lease.deliveries),
+            }
+            cond = _guard(guard, values, str(i))
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": {"pk": {"S": qkey}, "sk": _n(lease.seq)},
+                        "UpdateExpression": "SET nd = :nd, lid = :lid, due = :due, dv = :dv",
+                        "ConditionExpression": cond,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            )
+        if not items:
+            return set()
+        failed = self._transact(items)
+        if cursor is None and CONFLICT not in failed:
+            return {i + 1 for i in failed}
+        return failed
+
+    def update(self, qkey: str, changes: Sequence[tuple[int, Guard, int, str | None]]) -> set[int]:
+        """Re-time held leases in one transaction, each on its guard: (seq, guard, new due,
+        holder). A holder of None releases the lease (a nack); otherwise the holder stays
+        (an extend). Returns the failed positions."""
+        items: list[dict[str, Any]] = []
+        for i, (seq, guard, due, holder) in enumerate(changes):
+            values: dict[str, Any] = {":due": _n(due)}
+            cond = _guard(guard, values, str(i))
+            expr = "SET due = :due" + (" REMOVE nd" if holder is None else "")
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": {"pk": {"S": qkey}, "sk": _n(seq)},
+                        "UpdateExpression": expr,
+                        "ConditionExpression": cond,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            )
+        return self._transact(items) if items else set()
+
+    def complete(self, c: LeaseCommit) -> set[int]:
+        """Finish jobs in one transaction: delete each lease item on its guard and, for the
+        jobs whose record is still live, the record itself (the §5 permanent delete: the
+        frame's deleted set and the head's counters). Returns the failed positions:
+        0 = the head (topic gone, or a prefix delete passed a record), then one per frame
+        (a record already deleted), then one per lease (not held as seen)."""
+        items: list[dict[str, Any]] = []
+        removed = list(c.records)
+        if removed:
+            head: Head = c.head
+            values: dict[str, Any] = {
+                ":one": _n(1),
+                ":dc": _n(len(removed)),
+                ":db": _n(sum(size for _, _, size in removed)),
+                ":ep": _n(head.epoch),
+                ":lo": _n(min(seq for _, seq, _ in removed)),
+            }
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._heads_table,
+                        "Key": {"pk": {"S": head.topic}},
+                        "UpdateExpression": "SET dv = dv + :one, cnt = cnt - :dc, byt = byt - :db",
+                        "ConditionExpression": "ep = :ep AND attribute_not_exists(dl) "
+                        "AND es <= :lo",
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            )
+        else:
+            items.append(
+                {
+                    "ConditionCheck": {
+                        "TableName": self._heads_table,
+                        "Key": {"pk": {"S": c.head.topic}},
+                        "ConditionExpression": "ep = :ep AND attribute_not_exists(dl)",
+                        "ExpressionAttributeValues": {":ep": _n(c.head.epoch)},
+                    }
+                }
+            )
+        frames: dict[int, list[tuple[int, int]]] = {}
+        for frame, seq, size in removed:
+            frames.setdefault(frame, []).append((seq, size))
+        log_pk = {"S": c.head.log_key}
+        for frame, entries in sorted(frames.items()):
+            fvalues: dict[str, Any] = {
+                ":seqs": {"NS": [str(s) for s, _ in entries]},
+                ":k": _n(len(entries)),
+                ":b": _n(sum(z for _, z in entries)),
+            }
+            conds = []
+            for j, (s, _) in enumerate(entries):
+                fvalues[f":s{j}"] = _n(s)
+                conds.append(f"NOT contains(dx, :s{j})")
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._log_table,
+                        "Key": {"pk": log_pk, "sk": _n(frame)},
+                        "UpdateExpression": "ADD dx :seqs SET dn = dn + :k, dz = dz + :b",
+                        "ConditionExpression": " AND ".join(conds),
+                        "ExpressionAttributeValues": fvalues,
+                    }
+                }
+            )
+        for i, (seq, guard) in enumerate(c.leases):
+            lvalues: dict[str, Any] = {}
+            items.append(
+                {
+                    "Delete": {
+                        "TableName": self._table,
+                        "Key": {"pk": {"S": c.qkey}, "sk": _n(seq)},
+                        "ConditionExpression": _guard(guard, lvalues, str(i)),
+                        **({"ExpressionAttributeValues": lvalues} if lvalues else {}),
+                    }
+                }
+            )
+        if c.dead_lettered:
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": {"pk": {"S": c.qkey}, "sk": _n(0)},
+                        "UpdateExpression": "ADD dl :k",
+                        "ExpressionAttributeValues": {":k": _n(c.dead_lettered)},
+                    }
+                }
+            )
+        return self._transact(items)
+
+    def clear(self, qkey: str) -> int:
+        """Delete a queue instance's items (its topic was deleted). Best effort: leftovers of
+        an old epoch are never read again."""
+        state = self.load(qkey)
+        keys = [s.seq for s in state.leases] + [0]
+        return self._delete_keys(qkey, keys)
+
+    def _delete_keys(self, qkey: str, seqs: Iterable[int]) -> int:
+        requests = [{"DeleteRequest": {"Key": {"pk": {"S": qkey}, "sk": _n(s)}}} for s in seqs]
+        for i in range(0, len(requests), 25):
+            pending: dict[str, Any] = {self._table: requests[i : i + 25]}
+            while pending:
+                try:
+                    resp = self._ddb.batch_write_item(RequestItems=pending)
+                except ClientError as exc:
+                    raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+                pending = resp.get("UnprocessedItems") or {}
+        return len(requests)

@@ -129,6 +129,24 @@ def test_metrics_json(client: TestClient) -> None:
     assert body["topics"]["jobs"]["earliest_seq"] == 1
 
 
+def test_metrics_queue_gauges(client: TestClient) -> None:
+    put_topic(client, "work", {"type": "queue"})
+    append_data(client, "work", 1, 2, 3)
+    put_topic(client, "plain")
+    claimed = ok(client.post("/v0/topics/work/claim", json={"node": "w1", "max": 1}))
+    assert claimed["count"] == 1
+    body = ok(client.get("/v0/metrics", headers={"accept": "application/json"}))
+    assert body["gauges"]["topics_queue_topics"] == 1
+    assert body["gauges"]["topics_queue_leases_in_flight"] == 1
+    assert body["topics"]["work"]["queue_ready"] == 2
+    assert body["topics"]["work"]["queue_in_flight"] == 1
+    assert "queue_ready" not in body["topics"]["plain"]
+    m = metric_lines(client.get("/v0/metrics").text)
+    assert m['topics_topic_queue_ready{topic="work"}'] == 2
+    assert m['topics_topic_queue_in_flight{topic="work"}'] == 1
+    assert 'topics_topic_queue_ready{topic="plain"}' not in m
+
+
 def test_metrics_escape_topic_labels(client: TestClient) -> None:
     put_topic(client, "a:b.c-d_e")
     assert 'topics_topic_head_seq{topic="a:b.c-d_e"} 0' in client.get("/v0/metrics").text

@@ -43,7 +43,15 @@ from headwater.errors import (
     TopicNotFound,
 )
 from headwater.storage.leases import CONFLICT, MAX_TXN_ITEMS, queue_key
-from headwater.storage.ports import Guard, Head, Lease, LeaseCommit, LeaseStore, QueueState
+from headwater.storage.ports import (
+    DeleteCommit,
+    Guard,
+    Head,
+    Lease,
+    LeaseCommit,
+    LeaseStore,
+    QueueState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,12 @@ LEASE_MIN_MS, LEASE_MAX_MS = 100, 86_400_000
 PASS_ATTEMPTS = 12
 WORK_TICK_S = 1.0  # a /work stream re-checks its leases and the queue at least this often
 WORK_HEARTBEAT_MS = 15_000
+FLOOR_INTERVAL_S = 1.0
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("queue upkeep failed: %r", fut.exception())
 
 
 def clamp_lease_ms(value: int) -> int:
@@ -171,6 +185,7 @@ class QueueEngine:
         self.store = store
         self._coordinators: dict[str, _Coordinator] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._floor_moved: dict[str, float] = {}
         self.passes = 0
 
     # --- helpers ------------------------------------------------------------------------
@@ -192,6 +207,14 @@ class QueueEngine:
             if frame is not None:
                 self.log.cache.put(head.log_key, frame, head.del_ver)
         return frame
+
+    def _prefetch(self, head: Head, frames: set[int]) -> None:
+        missing = [
+            f for f in sorted(frames) if self.log.cache.frame(head.log_key, f, head.del_ver) is None
+        ]
+        if missing:
+            for frame in self.log.tail.get_frames(head, missing).values():
+                self.log.cache.put(head.log_key, frame, head.del_ver)
 
     def _live(self, head: Head, frame: Frame | None, seq: int, now: int) -> StoredRecord | None:
         """The job's record if it is still live: not deleted, not below the floor, not past
@@ -271,17 +294,26 @@ class QueueEngine:
         """Claim for a cohort until each has its max, the queue has nothing claimable, or
         the attempts run out. Returns the ready counter after the pass."""
         ready = 0
-        no_dead_letter: set[int] = set()
+        no_dead_letter: set[int] = set()  # the dead-letter topic refused: deliver instead
+        held_back: set[int] = set()  # dead-lettering failed: neither move nor deliver now
         for attempt in range(PASS_ATTEMPTS):
             wants = [c.want - len(c.jobs) for c in cohort]
             if sum(wants) <= 0:
                 break
             self.passes += 1
-            plan = await self.log._io(self._plan, topic, cohort, wants, share, no_dead_letter)
+            plan = await self.log._io(
+                self._plan, topic, cohort, wants, share, no_dead_letter, held_back
+            )
             ready = plan.ready
             for lease, rec in plan.dead:
-                if not await self._dead_letter(plan, lease, rec):
-                    no_dead_letter.add(lease.seq)
+                try:
+                    if not await self._dead_letter(plan, lease, rec):
+                        no_dead_letter.add(lease.seq)
+                except HeadwaterError as exc:
+                    # The dead-letter topic is full, throttled or unreachable: the job stays
+                    # where it is, and the next claim tries to move it again.
+                    log.warning("dead-lettering %s/%d failed: %s", topic, lease.seq, exc.message)
+                    held_back.add(lease.seq)
             if plan.orphans:
                 await self.log._io(
                     self._finish,
@@ -307,6 +339,7 @@ class QueueEngine:
         wants: list[int],
         share: bool,
         no_dead_letter: set[int],
+        held_back: set[int],
     ) -> _Plan:
         head = self._queue_head(topic)
         qkey = queue_key(topic, head.epoch)
@@ -321,7 +354,11 @@ class QueueEngine:
         picked: list[tuple[Lease, StoredRecord]] = []
         dead: list[tuple[Lease, StoredRecord]] = []
         orphans: list[Lease] = []
-        claimable = [lease for lease in state.leases if lease.due <= now]
+        claimable = [
+            lease for lease in state.leases if lease.due <= now and lease.seq not in held_back
+        ]
+        # One read for the frames of the likely candidates (most reclaims are live jobs).
+        self._prefetch(head, {lease.frame for lease in claimable[: total + 8]})
         more = False
         for lease in claimable:
             if len(picked) >= total:
@@ -364,6 +401,8 @@ class QueueEngine:
                 break
             if last > state.cursor:
                 cursor = (state.cursor, last)
+            # Dead or expired records used up the read: look further on the next attempt.
+            more = more or (len(fresh_recs) < need and last < head.head_seq)
 
         # Share what was found across the cohort, then make the leases.
         shares = _share(len(picked) + len(fresh_recs), wants, share)
@@ -477,9 +516,6 @@ class QueueEngine:
         except TopicNotFound:
             log.warning("dead_letter topic %r absent and not auto-creatable", dest)
             return False
-        except HeadwaterError as exc:
-            log.warning("dead-lettering %s/%d failed: %s", head.topic, lease.seq, exc.message)
-            raise
         await self.log._io(
             self._finish,
             head,
@@ -548,6 +584,8 @@ class QueueEngine:
                     frame = self.log.tail.get_frames(head, [frame_last]).get(frame_last)
                     if frame is not None:
                         gone.update(frame.deleted)
+                    else:  # the frame itself is gone: so are its records
+                        gone.update(seq for f, seq, _ in records if f == frame_last)
             base = 1 + len(record_frames)
             lost = {chunk[k - base][0].seq for k in failed if k >= base}
             pending = [t for t in pending if t[0].seq not in lost]
@@ -598,13 +636,31 @@ class QueueEngine:
     async def ack(
         self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
     ) -> LeaseOpResult:
-        result = await self.log._io(self._ack_sync, topic, node, seqs, lease_ids)
+        result, floor = await self.log._io(self._ack_sync, topic, node, seqs, lease_ids)
         self.log.notifier.notify(topic)
+        now = time.monotonic()
+        if floor and now - self._floor_moved.get(topic, 0.0) >= FLOOR_INTERVAL_S:
+            # The job at earliest_seq is gone: move the floor past the finished prefix, in
+            # the background and at most once a second per topic (reads only skip deleted
+            # records below a stale floor, so this is upkeep, not correctness).
+            self._floor_moved[topic] = now
+            self.log.submit_io(self._advance_floor, topic).add_done_callback(_log_failure)
         return result
+
+    def _advance_floor(self, topic: str) -> None:
+        head = self.log.heads.get(topic)
+        if head is None or head.deleted:
+            return
+        floor = self.log._first_live(head, head.earliest_seq, None)
+        if floor > head.earliest_seq:
+            self.log.tail.commit_delete(
+                DeleteCommit(topic, head.epoch, head.del_ver, [], 0, 0, floor)
+            )
+            self.log.known.forget(topic)
 
     def _ack_sync(
         self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
-    ) -> LeaseOpResult:
+    ) -> tuple[LeaseOpResult, bool]:
         head = self._queue_head(topic)
         qkey = queue_key(topic, head.epoch)
         state = self.store.load(qkey)
@@ -617,7 +673,8 @@ class QueueEngine:
             state.dead_lettered,
             [lease for lease in state.leases if lease.seq not in finished],
         )
-        return LeaseOpResult(done, skipped, counters(after, left, self.log.clock()))
+        floor = bool(done) and min(done) <= head.earliest_seq
+        return LeaseOpResult(done, skipped, counters(after, left, self.log.clock())), floor
 
     async def retime(
         self,

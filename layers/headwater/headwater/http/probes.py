@@ -79,7 +79,7 @@ async def _snapshot(
         "topics_records_live": sum(h.count for h in heads),
         "topics_bytes_live": sum(h.bytes for h in heads),
         "topics_queue_topics": sum(1 for h in heads if h.config.get("type") == "queue"),
-        "topics_queue_leases_in_flight": 0,
+        "topics_queue_leases_in_flight": 0,  # filled below
         "topics_sse_connections": svc.limits.streams,  # this process (§11 scope)
         "topics_watch_sessions": await asyncio.to_thread(svc.quotas.current, WATCH_SESSIONS),
         "topics_ready": 0 if svc.shutting_down else 1,
@@ -101,6 +101,16 @@ async def _snapshot(
         )
         for h in heads[:PER_TOPIC_LIMIT]
     ]
+    # Queue counters are evaluated from the lease items (one query per queue topic).
+    in_flight = 0
+    for name, vals in per_topic:
+        head = next(h for h in heads if h.topic == name)
+        if head.config.get("type") == "queue":
+            c = await svc.queues.counters(head)
+            vals["queue_ready"] = c.ready
+            vals["queue_in_flight"] = c.in_flight
+            in_flight += c.in_flight
+    gauges["topics_queue_leases_in_flight"] = in_flight
     return gauges, per_topic, truncated
 
 
@@ -132,9 +142,12 @@ async def metrics(request: Request) -> Response:
         ("earliest_seq", "First live seq per topic."),
         ("records_live", "Live records per topic."),
         ("bytes_live", "Live payload bytes per topic."),
+        ("queue_ready", "Claimable jobs per queue topic."),
+        ("queue_in_flight", "Jobs under an active lease per queue topic."),
     ):
         lines.append(f"# HELP topics_topic_{field} {help_text}")
         lines.append(f"# TYPE topics_topic_{field} gauge")
         for name, vals in per_topic:
-            lines.append(f'topics_topic_{field}{{topic="{_escape(name)}"}} {vals[field]}')
+            if field in vals:
+                lines.append(f'topics_topic_{field}{{topic="{_escape(name)}"}} {vals[field]}')
     return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -268,7 +268,7 @@ class DynamoLeaseStore:
                 ":k": _n(len(entries)),
                 ":b": _n(sum(z for _, z in entries)),
             }
-            conds = []
+            conds = ["attribute_exists(sk)"]
             for j, (s, _) in enumerate(entries):
                 fvalues[f":s{j}"] = _n(s)
                 conds.append(f"NOT contains(dx, :s{j})")

@@ -161,6 +161,28 @@ def test_recorded_events_round_trip(handler_module: ModuleType) -> None:
     assert error["code"] == "topic_not_found"
 
 
+def test_recorded_queue_events_round_trip(handler_module: ModuleType) -> None:
+    # The buffered function (Mangum) serves the queue's claim/ack like any REST route.
+    handler, ctx = handler_module.handler, FakeLambdaContext()
+    created = handler(_event("30_queue_put.json"), ctx)
+    assert created["statusCode"] == 201, created
+    produced = handler(_event("31_queue_produce_post.json"), ctx)
+    assert produced["statusCode"] == 200, produced  # the topic exists: 200
+    assert _body(produced)["seqs"] == [1, 2]
+    claimed = handler(_event("32_queue_claim_post.json"), ctx)
+    assert claimed["statusCode"] == 200, claimed
+    body = _body(claimed)
+    assert [j["$seq"] for j in body["claimed"]] == [1, 2]
+    assert body["claimed"][0]["$tag"] == "tenant42:job-1"
+    assert all(j["deliveries"] == 1 and j["lease_id"].startswith("lease_") for j in body["claimed"])
+    assert body["ready"] == 0
+    acked = handler(_event("33_queue_ack_post.json"), ctx)
+    assert acked["statusCode"] == 200, acked
+    assert (_body(acked)["acked"], _body(acked)["skipped"]) == (2, [])
+    again = handler(_event("33_queue_ack_post.json"), ctx)
+    assert _body(again)["acked"] == 0 and _body(again)["skipped"] == [1, 2]
+
+
 def test_keys_come_from_the_ssm_parameter(handler_module: ModuleType) -> None:
     # GIVEN the keys parameter holds API_KEY WHEN a request carries another token THEN 401
     event = copy.deepcopy(_event("06_topics_list_get.json"))

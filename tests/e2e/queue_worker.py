@@ -51,9 +51,17 @@ class Api:
             r = self.http.post(url + path, json=body)
         except httpx.HTTPError as exc:
             self.rec.write(
-                {"ev": "transport_error", "who": self.who, "url": url, "path": path,
-                 "body": body, "sent": sent, "recv": now_ms(), "error": repr(exc)}
-            )  # fmt: skip
+                {
+                    "ev": "transport_error",
+                    "who": self.who,
+                    "url": url,
+                    "path": path,
+                    "body": body,
+                    "sent": sent,
+                    "recv": now_ms(),
+                    "error": repr(exc),
+                }
+            )
             os._exit(TRANSPORT_EXIT)
         recv = now_ms()
         try:
@@ -62,9 +70,18 @@ class Api:
             out = None
         if r.status_code != 200:
             self.rec.write(
-                {"ev": "http_status", "who": self.who, "url": url, "path": path, "body": body,
-                 "status": r.status_code, "text": r.text[:2000], "sent": sent, "recv": recv}
-            )  # fmt: skip
+                {
+                    "ev": "http_status",
+                    "who": self.who,
+                    "url": url,
+                    "path": path,
+                    "body": body,
+                    "status": r.status_code,
+                    "text": r.text[:2000],
+                    "sent": sent,
+                    "recv": recv,
+                }
+            )
         return r.status_code, out, sent, recv
 
 
@@ -79,17 +96,35 @@ def producer(a: dict[str, Any]) -> None:
         n = min(rng.randint(1, 5), a["jobs"] - made)
         ids = [f"p{a['index']}-{made + j}" for j in range(n)]
         poison = [rng.random() < a["poison_rate"] for _ in range(n)]
-        body = {"records": [{"data": {"id": i, "poison": p}} for i, p in zip(ids, poison)]}
+        body = {
+            "records": [{"data": {"id": i, "poison": p}} for i, p in zip(ids, poison, strict=True)]
+        }
         url = urls[k % len(urls)]  # half the appends to each server process
         k += 1
         sent = now_ms()
         r = api.http.post(f"{url}/v0/topics/{a['topic']}", json=body)
         if r.status_code not in (200, 201):
-            rec.write({"ev": "http_status", "who": api.who, "url": url, "status": r.status_code,
-                       "text": r.text[:2000]})  # fmt: skip
+            rec.write(
+                {
+                    "ev": "http_status",
+                    "who": api.who,
+                    "url": url,
+                    "status": r.status_code,
+                    "text": r.text[:2000],
+                }
+            )
             sys.exit(4)
-        rec.write({"ev": "produce", "url": url, "ids": ids, "poison": poison,
-                   "seqs": r.json()["seqs"], "sent": sent, "recv": now_ms()})  # fmt: skip
+        rec.write(
+            {
+                "ev": "produce",
+                "url": url,
+                "ids": ids,
+                "poison": poison,
+                "seqs": r.json()["seqs"],
+                "sent": sent,
+                "recv": now_ms(),
+            }
+        )
         made += n
         time.sleep(rng.uniform(0.02, 0.12))
 
@@ -126,16 +161,30 @@ class Worker:
                 time.sleep(0.2)
                 continue
             jobs = [
-                {"seq": j["$seq"], "lease_id": j["lease_id"], "deadline": j["deadline"],
-                 "deliveries": j["deliveries"], "id": j["data"]["id"],
-                 "poison": j["data"]["poison"]}
+                {
+                    "seq": j["$seq"],
+                    "lease_id": j["lease_id"],
+                    "deadline": j["deadline"],
+                    "deliveries": j["deliveries"],
+                    "id": j["data"]["id"],
+                    "poison": j["data"]["poison"],
+                }
                 for j in out["claimed"]
-            ]  # fmt: skip
+            ]
             self.rec.write(
-                {"ev": "claim", "node": self.node, "url": url, "max": body["max"],
-                 "lease_ms": lease_ms, "sent": sent, "recv": recv, "jobs": jobs,
-                 "count": out["count"], "ready": out["ready"]}
-            )  # fmt: skip
+                {
+                    "ev": "claim",
+                    "node": self.node,
+                    "url": url,
+                    "max": body["max"],
+                    "lease_ms": lease_ms,
+                    "sent": sent,
+                    "recv": recv,
+                    "jobs": jobs,
+                    "count": out["count"],
+                    "ready": out["ready"],
+                }
+            )
             if not jobs:
                 time.sleep(self.rng.uniform(0.05, 0.15))
                 continue
@@ -162,10 +211,18 @@ class Worker:
             body["lease_ids"] = ids
         status, out, sent, recv = self.api.post(url, f"/v0/topics/{self.topic}/{verb}", body)
         event: dict[str, Any] = {
-            "ev": verb, "node": self.node, "url": url, "seqs": seqs, "lease_ids": ids,
-            "fenced": fenced, "sent": sent, "recv": recv, "status": status, "kind": kind,
+            "ev": verb,
+            "node": self.node,
+            "url": url,
+            "seqs": seqs,
+            "lease_ids": ids,
+            "fenced": fenced,
+            "sent": sent,
+            "recv": recv,
+            "status": status,
+            "kind": kind,
             **extra,
-        }  # fmt: skip
+        }
         if status == 200:
             done = {"ack": "acked", "nack": "nacked", "extend": "extended"}[verb]
             event.update(done=out[done], skipped=out["skipped"])
@@ -202,7 +259,9 @@ class Worker:
         self.op("nack", acts.get("nack_delay", []), delay_ms=rng.randint(20, 300))
         if acts.get("forget"):
             # A worker that silently drops jobs (a crash in all but name): no ack, no nack.
-            self.rec.write({"ev": "forget", "node": self.node, "seqs": [j["seq"] for j in acts["forget"]]})  # fmt: skip
+            self.rec.write(
+                {"ev": "forget", "node": self.node, "seqs": [j["seq"] for j in acts["forget"]]}
+            )
         acked = self.op("ack", acts.get("ack", []))
         if acked is not None and acked["done"] and rng.random() < 0.15:
             # The same ack again, maybe to the other server: a no-op, everything skipped.

@@ -469,9 +469,10 @@ def _child_main() -> None:
         # linger 0: the kernel answers the close with a RST (a broken pipe on the server)
         s.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     print(json.dumps(seqs_of(jobs)), flush=True)
+    sys.stdin.readline()  # the parent's go: "exit" exits; "kill"/"reset" wait for SIGKILL
     if mode == "exit":
         os._exit(0)
-    while True:  # "reset"/"kill": wait for SIGKILL, the socket still open
+    while True:
         time.sleep(1)
 
 
@@ -491,6 +492,7 @@ def test_abrupt_client_death_releases_its_leases_at_once(
         child = subprocess.Popen(
             [sys.executable, "-c", code, base, "jobs", mode],
             cwd=REPO,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -503,6 +505,9 @@ def test_abrupt_client_death_releases_its_leases_at_once(
             st = queue_state(http, base, "jobs")["queue"]
             assert st["in_flight"] == 2 and st["ready"] == 3
             # WHEN the worker process dies without closing the stream itself
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
             if mode != "exit":
                 child.send_signal(signal.SIGKILL)
             child.wait(10)

@@ -35,16 +35,17 @@ def test_counters() -> None:
     head = Head(topic="q", epoch=1, head_seq=10, count=8)
     leases = [
         Lease(1, "w1", "lease_1", now + 5, 1, 1, 1),  # held
-        Lease(2, "w1", "lease_2", now, 1, 2, 1),  # expired (due <= now): claimable
-        Lease(3, None, "lease_3", now - 1, 2, 3, 1),  # released, visible: claimable
+        Lease(2, "w1", "lease_2", now - 1, 1, 2, 1),  # expired (now > deadline): claimable
+        Lease(5, "w1", "lease_5", now, 1, 2, 1),  # at its deadline: still held
+        Lease(3, None, "lease_3", now, 2, 3, 1),  # released, visible from now: claimable
         Lease(4, None, "lease_4", now + 100, 2, 4, 1),  # released with a delay: neither
     ]
     c = counters(head, QueueState(cursor=6, dead_lettered=3, leases=leases), now)
-    # fresh = live records above the cursor: min(count - outstanding, head - cursor) = 4
-    assert (c.ready, c.in_flight, c.dead_lettered) == (2 + 4, 1, 3)
+    # fresh = live records above the cursor: min(count - outstanding, head - cursor) = 3
+    assert (c.ready, c.in_flight, c.dead_lettered) == (2 + 3, 2, 3)
     # records deleted above the cursor (count is lower) shrink the fresh part
     low = Head(topic="q", epoch=1, head_seq=10, count=5)
-    assert counters(low, QueueState(6, 0, leases), now).ready == 2 + 1
+    assert counters(low, QueueState(6, 0, leases), now).ready == 2 + 0
 
 
 def test_clamp_lease_ms() -> None:

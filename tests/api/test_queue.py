@@ -8,7 +8,9 @@ import asyncio
 import dataclasses
 import json
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from starlette.testclient import TestClient
 
 from headwater.engine.queue import ClaimResult
 from headwater.settings import Settings
+from headwater.storage.clients import AwsClients
 
 pytestmark = pytest.mark.api
 
@@ -154,20 +157,16 @@ def test_queue_routes_on_a_missing_topic_are_404_and_never_create_it(client: Tes
         ("ack", {"node": "w1", "seqs": 1}, "seqs"),
         ("ack", {"node": "w1", "seqs": [1.5]}, "seqs"),
         ("ack", {"node": "w1", "seqs": ["1"]}, "seqs"),
-        ("ack", {"node": "w1", "seqs": [True]}, "seqs"),
         ("ack", {"node": "w1", "seqs": [0]}, "seqs"),
         ("ack", {"node": "w1", "seqs": [1, 2], "lease_ids": ["lease_ab"]}, "lease_ids"),
         ("ack", {"node": "w1", "seqs": [1], "lease_ids": ["nope"]}, "lease_ids"),
         ("ack", {"node": "w1", "seqs": [1], "lease_ids": [12]}, "lease_ids"),
-        ("ack", {"node": "w1", "seqs": [1], "lease_ids": "lease_ab"}, "lease_ids"),
         ("nack", {"node": "w1"}, "seqs"),
-        ("nack", {"seqs": [1]}, "node"),
         ("nack", {"node": "w1", "seqs": [1], "delay_ms": "5"}, "delay_ms"),
         ("nack", {"node": "w1", "seqs": [1], "delay_ms": -1}, "delay_ms"),
         ("nack", {"node": "w1", "seqs": [1, 2], "lease_ids": ["lease_ab"]}, "lease_ids"),
         ("extend", {"node": "w1", "seqs": [1]}, "lease_ms"),
         ("extend", {"node": "w1", "seqs": [1], "lease_ms": "1000"}, "lease_ms"),
-        ("extend", {"node": "w1", "lease_ms": 1000}, "seqs"),
         ("extend", {"node": "w1", "seqs": [1], "lease_ms": 1000, "lease_ids": ["x"]}, "lease_ids"),
     ],
 )
@@ -262,12 +261,12 @@ def test_claim_returns_ascending_jobs_with_lease_fields(client: TestClient) -> N
 def test_claim_default_max_is_one_and_short_queue_returns_fewer(client: TestClient) -> None:
     make_queue(client)
     produce(client, "jobs", 3)
+    zero = claim(client, max=0)  # leases nothing, still reports the ready counter
+    assert (zero["count"], zero["ready"]) == (0, 3)
     one = claim(client)
     assert seqs(one) == [1] and one["count"] == 1 and one["ready"] == 2
     rest = claim(client, max=5)
     assert seqs(rest) == [2, 3] and rest["count"] == 2 < 5 and rest["ready"] == 0
-    none = claim(client, max=0)
-    assert none["count"] == 0
 
 
 def test_claim_lease_ms_defaults_overrides_and_clamps(client: TestClient) -> None:
@@ -346,6 +345,8 @@ def test_ack_only_by_the_holder_and_idempotent(client: TestClient) -> None:
     assert done["topic"] == "jobs"
     dup = op(client, "ack", [s1])
     assert (dup["acked"], dup["skipped"]) == (0, [s1])
+    twice = op(client, "ack", [s2, s2], node="w2")  # not held by w2: nothing deleted
+    assert twice["acked"] == 0 and state(client, "jobs")["count"] == 2
     # never-claimed and never-existing seqs are skipped too
     assert op(client, "ack", [s3, 999])["skipped"] == [s3, 999]
     st = state(client, "jobs")
@@ -660,28 +661,37 @@ def test_work_stream_pushes_jobs_and_releases_them_on_close(client: TestClient) 
         "GET", "/v0/topics/jobs/work", params={"node": "w1", "max": 2}, headers=SSE
     ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        # Keep the line iterator referenced: dropping it closes the response (a disconnect).
+        lines = r.iter_lines()
         event = None
-        for line in r.iter_lines():
+        while len(frames) < 2:
+            line = next(lines)
             if line.startswith("event: "):
                 event = line[7:]
             elif line.startswith("data: ") and event == "job":
                 frames.append(json.loads(line[6:]))
-                if len(frames) == 2:
-                    break
+        time.sleep(0.3)  # the stream stays open: its leases stay held
         assert counters(client) == {"ready": 1, "in_flight": 2, "dead_lettered": 0}
+        # an ack frees a slot: the stream leases and pushes the next job
+        assert op(client, "ack", [1])["acked"] == 1
+        while len(frames) < 3:
+            line = next(lines)
+            if line.startswith("data: "):
+                frames.append(json.loads(line[6:]))
+        assert counters(client) == {"ready": 0, "in_flight": 2, "dead_lettered": 0}
     assert [(f["topic"], f["$seq"], f["deliveries"]) for f in frames] == [
         ("jobs", 1, 1),
         ("jobs", 2, 1),
+        ("jobs", 3, 1),
     ]
     assert all(LEASE_RE.fullmatch(f["lease_id"]) for f in frames)
     deadline = time.monotonic() + 5
     while counters(client)["in_flight"] and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert counters(client) == {"ready": 3, "in_flight": 0, "dead_lettered": 0}
+    assert counters(client) == {"ready": 2, "in_flight": 0, "dead_lettered": 0}
     assert [(j["$seq"], j["deliveries"]) for j in claim(client, max=3)["claimed"]] == [
-        (1, 2),
         (2, 2),
-        (3, 1),
+        (3, 2),
     ]
 
 
@@ -719,3 +729,77 @@ def test_queue_scopes(make_client: MakeClient) -> None:
         assert out["skipped"] == [], (verb, out)
     st = ok(c.get("/v0/topics/jobs", headers=h("reader")))
     assert st["count"] == 1 and st["queue"] == {"ready": 1, "in_flight": 0, "dead_lettered": 0}
+
+
+# --- larger batches, deleted jobs, several processes ---------------------------------------
+
+
+def test_batches_beyond_one_transaction(client: TestClient) -> None:
+    # 120 jobs in 120 frames: every claim / extend / nack / ack spans several transactions
+    make_queue(client)
+    for i in range(120):
+        ok(client.post("/v0/topics/jobs", json={"records": [{"data": i}]}), 200, 201)
+    all_seqs = list(range(1, 121))
+    body = claim(client, max=200)
+    assert seqs(body) == all_seqs and body["ready"] == 0
+    ext = op(client, "extend", all_seqs, lease_ms=60_000)
+    assert ext["extended"] == 120 and len(ext["deadlines"]) == 120 and ext["skipped"] == []
+    nack = op(client, "nack", all_seqs)
+    assert (nack["nacked"], nack["ready"], nack["in_flight"]) == (120, 120, 0)
+    again = claim(client, "w2", max=200)
+    assert seqs(again) == all_seqs and {j["deliveries"] for j in again["claimed"]} == {2}
+    done = op(client, "ack", all_seqs, node="w2")
+    assert (done["acked"], done["skipped"], done["ready"], done["in_flight"]) == (120, [], 0, 0)
+    st = state(client, "jobs")
+    assert st["count"] == 0 and st["queue"] == {"ready": 0, "in_flight": 0, "dead_lettered": 0}
+    assert read_all(client, "jobs") == []
+
+
+def test_counters_after_a_leased_job_is_deleted_by_a_record_delete(client: TestClient) -> None:
+    clock = fake_clock(client)
+    make_queue(client)
+    _, s2 = produce(client, "jobs", 2)
+    claim(client, lease_ms=1000)  # s1 leased to w1
+    ok(client.post("/v0/topics/jobs/delete", json={"before_seq": s2}))
+    st = state(client, "jobs")
+    assert st["count"] == 1
+    # s2 is claimable; the deleted s1 is no job at all (§10.7: ready + in_flight == count)
+    assert st["queue"]["ready"] == 1, st["queue"]
+    assert st["queue"]["ready"] + st["queue"]["in_flight"] == 1
+    assert seqs(claim(client, "w2", max=5)) == [s2]
+    clock.advance(1001)
+    assert claim(client, "w3", max=5)["count"] == 0  # the deleted job is never redelivered
+    assert counters(client) == {"ready": 0, "in_flight": 1, "dead_lettered": 0}
+
+
+def test_two_processes_never_hand_out_a_job_twice(
+    make_client: MakeClient, aws: AwsClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # moto is not thread-safe; DynamoDB is: make each call atomic, as the real service is.
+    lock = threading.Lock()
+    real = aws.dynamodb._make_api_call
+
+    def atomic(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return real(*args, **kwargs)
+
+    monkeypatch.setattr(aws.dynamodb, "_make_api_call", atomic)
+    apps = [make_client(), make_client()]
+    make_queue(apps[0])
+    produce(apps[0], "jobs", 40)
+    for app in apps:  # warm each app up (first-request setup) before the threads race
+        assert claim(app, "warm-up", max=0)["ready"] == 40
+
+    def drain(k: int) -> list[int]:
+        got: list[int] = []
+        while True:
+            body = claim(apps[k % 2], f"n{k}", max=3)
+            if not body["count"]:
+                return got
+            got += seqs(body)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(drain, range(4)))
+    everything = sorted(s for r in results for s in r)
+    assert everything == list(range(1, 41)), results
+    assert counters(apps[1]) == {"ready": 0, "in_flight": 40, "dead_lettered": 0}

@@ -3,7 +3,8 @@
 refills on ack in this process and in another one, instant release of the connection's
 leases on a clean close and on an abrupt client death (leases from a separate claim poll
 untouched), two streams sharing a queue, the terminal error frame when the queue becomes a
-log, and prompt delivery of appends made in either process.
+log, prompt delivery of appends made in either process, release of jobs leased to a stalled
+stream but not yet written, and an expired lease freeing its stream's slot.
 
 The stream client is a raw socket read by a background thread, so a test can wait for
 frames with a deadline, assert that none arrive for a while, and drop the connection at a
@@ -84,10 +85,19 @@ class WorkStream:
         path: str,
         headers: dict[str, str] | None = None,
         accept: str | None = "text/event-stream",
+        *,
+        read: bool = True,
+        rcvbuf: int | None = None,
     ) -> None:
+        """`read=False`: a stalled worker that never reads the body (with `rcvbuf`, a small
+        receive buffer, so the server's writes back up quickly)."""
         url = httpx.URL(base)
         assert url.host and url.port
-        self.sock = socket.create_connection((url.host, url.port), timeout=15)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(15)
+        self.sock.connect((url.host, url.port))
         lines = [f"GET {path} HTTP/1.1", f"Host: {url.host}:{url.port}"]
         if accept is not None:
             lines.append(f"Accept: {accept}")
@@ -115,8 +125,9 @@ class WorkStream:
             self.body = json.loads(self._read_all())
             self.sock.close()
             return
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
+        if read:
+            self._thread = threading.Thread(target=self._read, daemon=True)
+            self._thread.start()
 
     # transport
     def _recv(self) -> bytes:
@@ -731,5 +742,108 @@ def test_appends_in_either_process_are_pushed_promptly(
             assert ack(http, b.url, "jobs", "w1", [1])["acked"] == 1
             (e,) = s.jobs(1, 8)
             assert e.data["$seq"] == 6 and e.data["data"] == {"i": 400}
+        finally:
+            s.close()
+
+
+# --- 9. leases the stream holds but has not written yet ------------------------------
+
+
+def test_disconnect_of_a_stalled_worker_releases_every_job_leased_to_the_stream(
+    start_servers: Callable[..., list[ServerProcess]],
+) -> None:
+    """A worker that stops reading: the server's writes back up, the stream's outbound
+    queue fills, and the producer blocks part-way through pushing one claimed batch. When
+    the connection then drops, every job leased for this connection must be released, the
+    ones not yet written included (spec §10.8: all of that node's leases delivered on this
+    connection; a job leased to the stream and never pushed must not wait out its lease)."""
+    (server,) = start_servers(1)
+    base = server.url
+    n, size = 40, 400_000
+    with httpx.Client(timeout=httpx.Timeout(60.0)) as http:
+        make_queue(http, base, "jobs", lease_ms=LONG_LEASE_MS)
+        for start in range(0, n, 5):
+            records = [{"data": {"i": start + k, "pad": "x" * size}} for k in range(5)]
+            r = http.post(f"{base}/v0/topics/jobs", json={"records": records})
+            assert r.status_code in (200, 201), r.text
+        # GIVEN a /work stream with max=n whose client never reads
+        s = WorkStream(base, work_path("jobs", node="w1", max=n), read=False, rcvbuf=4096)
+        try:
+            assert s.status == 200
+            # the stream leased all n jobs for this connection in one go
+            wait_for(
+                lambda: queue_state(http, base, "jobs")["queue"]["in_flight"] == n,
+                15,
+                "all jobs leased to the stream",
+            )
+            time.sleep(1.0)  # the server's writes back up against the stalled client
+        finally:
+            # WHEN the worker's connection drops
+            s.close()
+        # THEN all n leases come back at once, not after the 60 s lease
+        try:
+            wait_for(
+                lambda: queue_state(http, base, "jobs")["queue"]["in_flight"] == 0,
+                8,
+                "every lease of the dropped stream released",
+            )
+        except AssertionError:
+            st = queue_state(http, base, "jobs")["queue"]
+            back = {j["$seq"] for j in claim(http, base, "jobs", "w2", n)}
+            stuck = sorted(set(range(1, n + 1)) - back)
+            raise AssertionError(
+                f"{st['in_flight']} of {n} jobs leased to the dropped /work stream are still "
+                f"in flight (ready={st['ready']}), seqs {stuck}: leased for the stream, never "
+                "released"
+            ) from None
+        jobs = claim(http, base, "jobs", "w2", n)
+        assert [j["$seq"] for j in jobs] == list(range(1, n + 1))
+        assert all(j["deliveries"] == 2 for j in jobs)
+
+
+# --- 10. an expired lease frees the stream's slot -------------------------------------
+
+
+def test_a_lease_that_expires_on_an_open_stream_frees_its_slot(
+    start_servers: Callable[..., list[ServerProcess]],
+) -> None:
+    """Spec §10.3/§10.8: once a lease's deadline passes the job is claimable again and no
+    longer in flight; the stream keeps up to `max` jobs *leased*, so an expired lease must
+    not hold one of its slots forever. A lone worker that let a job time out gets it (the
+    reclaim freelist first) redelivered, instead of the queue stalling."""
+    (server,) = start_servers(1)
+    base = server.url
+    with httpx.Client(timeout=HTTP_TIMEOUT) as http:
+        make_queue(http, base, "jobs")
+        produce(http, base, "jobs", 3)
+        s = WorkStream(base, work_path("jobs", node="w1", max=1, lease_ms=2000))
+        try:
+            (first,) = s.jobs(1, 10)
+            assert first.data["$seq"] == 1 and first.data["deliveries"] == 1
+            assert queue_state(http, base, "jobs")["queue"]["in_flight"] == 1
+            # WHEN the worker neither acks nor extends, and the lease runs out
+            # THEN the stream, no longer holding a lease, is pushed a job again: job 1 (the
+            # reclaim freelist first), delivered a second time, soon after the deadline
+            try:
+                (again,) = s.jobs(1, 10)
+            except TimeoutError:
+                st = queue_state(http, base, "jobs")["queue"]
+                raise AssertionError(
+                    "the /work stream (max=1) got nothing in the 10 s after its only lease "
+                    f"(2 s) was taken; queue counters now {st}: the expired lease still "
+                    "fills the stream's slot"
+                ) from None
+            # re-leased no earlier than the first lease's deadline
+            assert again.data["deadline"] - 2000 >= first.data["deadline"]
+            assert again.data["$seq"] == 1 and again.data["deliveries"] == 2
+            assert again.data["lease_id"] != first.data["lease_id"]
+            # (fenced: if this slow machine let the new lease lapse too, the ack says so)
+            r = http.post(
+                f"{base}/v0/topics/jobs/ack",
+                json={"node": "w1", "seqs": [1], "lease_ids": [again.data["lease_id"]]},
+            )
+            assert r.status_code == 200 and r.json()["acked"] == 1, r.text
+            (nxt,) = s.jobs(1, 5)
+            assert nxt.data["$seq"] == 2 and nxt.data["deliveries"] == 1
         finally:
             s.close()

@@ -40,12 +40,25 @@ def test_counters() -> None:
         Lease(3, None, "lease_3", now, 2, 3, 1),  # released, visible from now: claimable
         Lease(4, None, "lease_4", now + 100, 2, 4, 1),  # released with a delay: neither
     ]
-    c = counters(head, QueueState(cursor=6, dead_lettered=3, leases=leases), now)
+    c = counters(head, QueueState(cursor=6, dead_lettered=3, leases=leases, outstanding=5), now)
     # fresh = live records above the cursor: min(count - outstanding, head - cursor) = 3
     assert (c.ready, c.in_flight, c.dead_lettered) == (2 + 3, 2, 3)
     # records deleted above the cursor (count is lower) shrink the fresh part
     low = Head(topic="q", epoch=1, head_seq=10, count=5)
-    assert counters(low, QueueState(6, 0, leases), now).ready == 2 + 0
+    assert counters(low, QueueState(6, 0, leases, 5), now).ready == 2 + 0
+
+
+def test_counters_from_a_partial_load() -> None:
+    # A load "at" a time lists only released and expired leases; the held ones are counted.
+    now = 1_000
+    head = Head(topic="q", epoch=1, head_seq=10, count=10)
+    listed = [
+        Lease(2, "w1", "lease_2", now - 1, 1, 2, 1),  # expired
+        Lease(4, None, "lease_4", now + 100, 2, 4, 1),  # delayed nack
+    ]
+    c = counters(head, QueueState(cursor=6, dead_lettered=0, leases=listed, outstanding=6), now)
+    # 6 outstanding = 1 expired + 1 delayed + 4 held; fresh = min(10 - 6, 10 - 6) = 4
+    assert (c.ready, c.in_flight) == (1 + 4, 4)
 
 
 def test_clamp_lease_ms() -> None:

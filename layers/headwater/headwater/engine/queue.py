@@ -60,6 +60,8 @@ PASS_ATTEMPTS = 12
 WORK_TICK_S = 1.0  # a /work stream re-checks its leases and the queue at least this often
 WORK_HEARTBEAT_MS = 15_000
 FLOOR_INTERVAL_S = 1.0
+DEAD_LETTER_HOLDER = ""  # the reserved lease holder while a job moves to its dead-letter topic
+DEAD_LETTER_FENCE_MS = 30_000
 
 
 def _log_failure(fut: asyncio.Future[None]) -> None:
@@ -124,14 +126,20 @@ def claimable(lease: Lease, now: int) -> bool:
 
 
 def counters(head: Head, state: QueueState, now: int) -> Counters:
-    ready = in_flight = 0
+    """ready = claimable leases + live records above the cursor; in_flight = held leases
+    not yet expired. `state` may list only the released and expired leases (the rest are
+    held): the held count is what the outstanding total leaves."""
+    ready = delayed = listed_held = 0
     for lease in state.leases:
         if claimable(lease, now):
             ready += 1
-        elif lease.node is not None:
-            in_flight += 1
-    fresh = max(0, min(head.count - len(state.leases), head.head_seq - state.cursor))
-    return Counters(ready + fresh, in_flight, state.dead_lettered)
+        elif lease.node is None:
+            delayed += 1  # a nack's delay_ms not yet elapsed: counted in neither
+        else:
+            listed_held += 1
+    in_flight = state.outstanding - ready - delayed
+    fresh = max(0, min(head.count - state.outstanding, head.head_seq - state.cursor))
+    return Counters(ready + fresh, max(0, in_flight), state.dead_lettered)
 
 
 @dataclass(slots=True)
@@ -160,6 +168,7 @@ class _Plan:
     orphans: list[Lease]  # lease items whose record is gone (deleted, expired)
     ready: int
     more: bool  # claimable work was left for a next attempt (dead letters took slots)
+    min_lease_ms: int  # the shortest lease this pass hands out
 
 
 def _share(available: int, wants: list[int], cohort: bool) -> list[int]:
@@ -306,14 +315,19 @@ class QueueEngine:
         the attempts run out. Returns the ready counter after the pass."""
         ready = 0
         no_dead_letter: set[int] = set()  # the dead-letter topic refused: deliver instead
-        held_back: set[int] = set()  # dead-lettering failed: neither move nor deliver now
+        # Jobs not to take in this pass: those whose dead-lettering failed (neither moved nor
+        # delivered now), and those already granted to the cohort (a pass that runs past a
+        # lease would otherwise see its own grant as expired and hand it out again).
+        excluded: set[int] = set()
+        started = time.monotonic()
         for attempt in range(PASS_ATTEMPTS):
             wants = [c.want - len(c.jobs) for c in cohort]
             if sum(wants) <= 0 and attempt > 0:
                 break  # (a first pass runs even for max 0: it reports `ready`)
             self.passes += 1
+            excluded.update(j.seq for c in cohort for j in c.jobs)
             plan = await self.log._io(
-                self._plan, topic, cohort, wants, share, no_dead_letter, held_back
+                self._plan, topic, cohort, wants, share, no_dead_letter, excluded
             )
             ready = plan.ready
             self._jitter[topic] = int(plan.head.config.get("claim_jitter_ms", 0))
@@ -325,7 +339,7 @@ class QueueEngine:
                     # The dead-letter topic is full, throttled or unreachable: the job stays
                     # where it is, and the next claim tries to move it again.
                     log.warning("dead-lettering %s/%d failed: %s", topic, lease.seq, exc.message)
-                    held_back.add(lease.seq)
+                    excluded.add(lease.seq)
             if plan.orphans:
                 await self.log._io(
                     self._finish,
@@ -340,6 +354,11 @@ class QueueEngine:
             conflicted = await self.log._io(self._commit, plan, cohort)
             if not conflicted and not plan.more:
                 break
+            # Jobs granted early in a long pass lose lease time until the response goes out:
+            # answer with what there is once a quarter of the shortest lease has passed.
+            spent_ms = (time.monotonic() - started) * 1000
+            if any(c.jobs for c in cohort) and spent_ms > plan.min_lease_ms / 4:
+                break
             if conflicted:
                 await self._backoff(attempt)
         return ready
@@ -351,12 +370,12 @@ class QueueEngine:
         wants: list[int],
         share: bool,
         no_dead_letter: set[int],
-        held_back: set[int],
+        excluded: set[int],
     ) -> _Plan:
         head = self._queue_head(topic)
         qkey = queue_key(topic, head.epoch)
-        state = self.store.load(qkey)
         now = self.log.clock()
+        state = self.store.load(qkey, now)  # the queue item and the claimable leases
         cfg = head.config
         max_deliveries = int(cfg.get("max_deliveries", 0))
         dead_letter = cfg.get("dead_letter") if max_deliveries > 0 else None
@@ -367,7 +386,7 @@ class QueueEngine:
         dead: list[tuple[Lease, StoredRecord]] = []
         orphans: list[Lease] = []
         freelist = [
-            lease for lease in state.leases if claimable(lease, now) and lease.seq not in held_back
+            lease for lease in state.leases if claimable(lease, now) and lease.seq not in excluded
         ]
         # One read for the frames of the likely candidates (most reclaims are live jobs).
         self._prefetch(head, {lease.frame for lease in freelist[: total + 8]})
@@ -448,9 +467,13 @@ class QueueEngine:
 
         before = counters(head, state, now)
         taken = len(picked) + len(dead) + len(orphans)
-        fresh_left = max(0, min(head.count - len(state.leases), head.head_seq - state.cursor))
+        fresh_left = max(0, min(head.count - state.outstanding, head.head_seq - state.cursor))
         ready = max(0, before.ready - taken - min(fresh_left, examined))
-        return _Plan(head, qkey, cursor, fresh, reclaimed, dead, orphans, ready, more)
+        default_ms = int(cfg.get("lease_ms", 30_000))
+        min_lease = min(
+            clamp_lease_ms(c.lease_ms if c.lease_ms is not None else default_ms) for c in cohort
+        )
+        return _Plan(head, qkey, cursor, fresh, reclaimed, dead, orphans, ready, more, min_lease)
 
     def _commit(self, plan: _Plan, cohort: list[_Claimer]) -> bool:
         """Write the plan, in transactions of at most 100 items: the cursor step with the
@@ -497,8 +520,23 @@ class QueueEngine:
 
     async def _dead_letter(self, plan: _Plan, lease: Lease, rec: StoredRecord) -> bool:
         """Move one job to the dead-letter topic, then finish it. False when the dead-letter
-        topic cannot take it (absent with auto_create off): the job is then delivered."""
+        topic cannot take it (absent with auto_create off): the job is then delivered.
+
+        First the lease is taken over by the reserved holder "" (no client can use an empty
+        node), on exactly the lease seen: from then on the lapsed holder's late ack, nack or
+        extend is skipped, so a job is never both acked and dead-lettered. If this pass dies
+        after the take-over, the fence lapses after DEAD_LETTER_FENCE_MS and a later claim
+        moves the job (the append is idempotent)."""
         head = plan.head
+        fence = dataclasses.replace(
+            lease,
+            node=DEAD_LETTER_HOLDER,
+            lease_id=new_lease_id(),
+            due=self.log.clock() + DEAD_LETTER_FENCE_MS,
+        )
+        seen = Guard(lease_id=lease.lease_id, due=lease.due)
+        if await self.log._io(self.store.claim, plan.qkey, None, [], [(fence, seen)]):
+            return True  # the lease changed under us: whoever changed it owns the job now
         dest = str(head.config["dead_letter"])
         meta = json.loads(rec.meta_raw) if rec.meta_raw is not None else {}
         if not isinstance(meta, dict):
@@ -527,12 +565,15 @@ class QueueEngine:
             await self.log.append(dest, AppendRequest([record], idempotency_key=key))
         except TopicNotFound:
             log.warning("dead_letter topic %r absent and not auto-creatable", dest)
+            # Give the job back as it was (claimable), for this pass to deliver instead.
+            back = [(lease.seq, Guard(lease_id=fence.lease_id, node=DEAD_LETTER_HOLDER), 0, None)]
+            await self.log._io(self.store.update, plan.qkey, back)
             return False
         await self.log._io(
             self._finish,
             head,
             plan.qkey,
-            [(lease, Guard(lease_id=lease.lease_id, due=lease.due))],
+            [(fence, Guard(lease_id=fence.lease_id, due=fence.due))],
             True,
         )
         return True
@@ -618,14 +659,13 @@ class QueueEngine:
 
     def _held(
         self,
-        state: QueueState,
+        by_seq: dict[int, Lease],
         node: str,
         seqs: Sequence[int],
         lease_ids: Sequence[str] | None,
     ) -> tuple[list[tuple[Lease, Guard]], list[int]]:
         """The requested leases `node` holds (and whose id matches, when fenced), with the
         guard to write them on; the rest are skipped."""
-        by_seq = {lease.seq: lease for lease in state.leases}
         held: list[tuple[Lease, Guard]] = []
         skipped: list[int] = []
         seen: set[int] = set()
@@ -675,18 +715,14 @@ class QueueEngine:
     ) -> tuple[LeaseOpResult, bool]:
         head = self._queue_head(topic)
         qkey = queue_key(topic, head.epoch)
-        state = self.store.load(qkey)
-        held, skipped = self._held(state, node, seqs, lease_ids)
+        held, skipped = self._held(self.store.get(qkey, seqs), node, seqs, lease_ids)
         done, after = self._finish(head, qkey, held, False) if held else ([], head)
         finished = set(done)
         skipped += [lease.seq for lease, _ in held if lease.seq not in finished]
-        left = QueueState(
-            state.cursor,
-            state.dead_lettered,
-            [lease for lease in state.leases if lease.seq not in finished],
-        )
+        now = self.log.clock()
+        state = self.store.load(qkey, now)  # the counters after the ack
         floor = bool(done) and min(done) <= head.earliest_seq
-        return LeaseOpResult(done, skipped, counters(after, left, self.log.clock())), floor
+        return LeaseOpResult(done, skipped, counters(after, state, now)), floor
 
     async def retime(
         self,
@@ -715,8 +751,7 @@ class QueueEngine:
     ) -> LeaseOpResult:
         head = self._queue_head(topic)
         qkey = queue_key(topic, head.epoch)
-        state = self.store.load(qkey)
-        held, skipped = self._held(state, node, seqs, lease_ids)
+        held, skipped = self._held(self.store.get(qkey, seqs), node, seqs, lease_ids)
         now = self.log.clock()
         due = now + ms
         done: list[int] = []
@@ -737,24 +772,10 @@ class QueueEngine:
             skipped += sorted(lost)
             done += [lease.seq for lease, _ in chunk if lease.seq not in lost]
             pending = pending[len(chunk) :]
-        changed = set(done)
-        leases = [
-            Lease(
-                lease.seq,
-                None if release else lease.node,
-                lease.lease_id,
-                due,
-                lease.deliveries,
-                lease.frame,
-                lease.size,
-            )
-            if lease.seq in changed
-            else lease
-            for lease in state.leases
-        ]
-        after = QueueState(state.cursor, state.dead_lettered, leases)
-        deadlines = {} if release else {seq: due for seq in done}
-        return LeaseOpResult(done, skipped, counters(head, after, now), deadlines)
+        if not release:  # extend answers with deadlines, not counters
+            return LeaseOpResult(done, skipped, Counters(0, 0, 0), {seq: due for seq in done})
+        state = self.store.load(qkey, now)
+        return LeaseOpResult(done, skipped, counters(head, state, now))
 
     async def _release(self, topic: str, node: str, jobs: Sequence[Job]) -> None:
         """Give leases back at once (a /work connection ended, a claimer went away)."""
@@ -776,8 +797,32 @@ class QueueEngine:
         return await self.log._io(self._queue_head, topic)
 
     async def counters(self, head: Head) -> Counters:
-        state = await self.log._io(self.store.load, queue_key(head.topic, head.epoch))
-        return counters(head, state, self.log.clock())
+        now = self.log.clock()
+        state = await self.log._io(self.store.load, queue_key(head.topic, head.epoch), now)
+        return counters(head, state, now)
+
+    async def reconcile(self, topic: str) -> int:
+        """After a §5 record delete on a queue: end the leases whose job was deleted, so the
+        counters stay exact and nobody holds a job that no longer exists. Returns how many."""
+        return await self.log._io(self._reconcile_sync, topic)
+
+    def _reconcile_sync(self, topic: str) -> int:
+        head = self._queue_head(topic)
+        qkey = queue_key(topic, head.epoch)
+        state = self.store.load(qkey)
+        now = self.log.clock()
+        self._prefetch(head, {lease.frame for lease in state.leases})
+        gone = [
+            lease
+            for lease in state.leases
+            if self._live(head, self._frame(head, lease.frame), lease.seq, now) is None
+        ]
+        if not gone:
+            return 0
+        done, _ = self._finish(
+            head, qkey, [(g, Guard(lease_id=g.lease_id, due=g.due)) for g in gone], False
+        )
+        return len(done)
 
     async def forget(self, head: Head) -> None:
         """Drop a deleted queue instance's lease items (best effort)."""
@@ -825,8 +870,7 @@ class QueueEngine:
 
     def _still_held(self, topic: str, node: str, held: dict[int, Job]) -> dict[int, Job]:
         head = self._queue_head(topic)
-        state = self.store.load(queue_key(topic, head.epoch))
-        current = {lease.seq: lease for lease in state.leases}
+        current = self.store.get(queue_key(topic, head.epoch), list(held))
         return {
             seq: job
             for seq, job in held.items()

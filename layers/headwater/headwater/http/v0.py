@@ -258,6 +258,8 @@ async def delete_records(topic: str, request: Request) -> Response:
     before, match = parse_delete(body)
     result = await svc.engine.delete_records(topic, before, match)
     head = result.head
+    if result.deleted and head.config.get("type") == "queue":
+        await svc.queues.reconcile(topic)  # deleted jobs lose their leases too
     return json_response(
         request,
         {

@@ -89,9 +89,12 @@ class DynamoLeaseStore:
         self._log_table = settings.table_name(LOG.logical)
 
     # --- reads --------------------------------------------------------------------------
-    def load(self, qkey: str) -> QueueState:
-        """The queue item and every outstanding lease, strongly consistent, by seq."""
-        cursor = dead = 0
+    def load(self, qkey: str, at: int | None = None) -> QueueState:
+        """The queue item and the outstanding leases, strongly consistent, by seq. With `at`
+        (ms), only the leases released or expired by then come back (a filtered Query: the
+        held ones are counted, from ScannedCount, but not returned)."""
+        cursor = dead = scanned = 0
+        seen_queue_item = False
         leases: list[Lease] = []
         kwargs: dict[str, Any] = {
             "TableName": self._table,
@@ -99,13 +102,20 @@ class DynamoLeaseStore:
             "ExpressionAttributeValues": {":pk": {"S": qkey}},
             "ConsistentRead": True,
         }
+        if at is not None:
+            # (the queue item has no holder either, so it always comes back; a filter may not
+            # name a key attribute)
+            kwargs["FilterExpression"] = "attribute_not_exists(nd) OR due < :at"
+            kwargs["ExpressionAttributeValues"][":at"] = _n(at)
         while True:
             try:
                 resp = self._ddb.query(**kwargs)
             except ClientError as exc:
                 raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+            scanned += int(resp.get("ScannedCount", 0))
             for item in resp.get("Items", []):
                 if item["sk"]["N"] == "0":
+                    seen_queue_item = True
                     cursor = int(item.get("cur", {"N": "0"})["N"])
                     dead = int(item.get("dl", {"N": "0"})["N"])
                 else:
@@ -114,7 +124,26 @@ class DynamoLeaseStore:
             if not last:
                 break
             kwargs["ExclusiveStartKey"] = last
-        return QueueState(cursor, dead, leases)
+        return QueueState(cursor, dead, leases, scanned - int(seen_queue_item))
+
+    def get(self, qkey: str, seqs: Sequence[int]) -> dict[int, Lease]:
+        """These seqs' lease items (those that exist), strongly consistent."""
+        out: dict[int, Lease] = {}
+        keys = [{"pk": {"S": qkey}, "sk": _n(s)} for s in dict.fromkeys(seqs)]
+        for i in range(0, len(keys), 100):
+            pending: dict[str, Any] = {
+                self._table: {"Keys": keys[i : i + 100], "ConsistentRead": True}
+            }
+            while pending:
+                try:
+                    resp = self._ddb.batch_get_item(RequestItems=pending)
+                except ClientError as exc:
+                    raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+                for item in resp.get("Responses", {}).get(self._table, []):
+                    lease = _lease_from_item(item)
+                    out[lease.seq] = lease
+                pending = resp.get("UnprocessedKeys") or {}
+        return out
 
     # --- writes -------------------------------------------------------------------------
     def _transact(self, items: list[dict[str, Any]]) -> set[int]:

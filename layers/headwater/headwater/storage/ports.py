@@ -226,7 +226,10 @@ class Lease:
 class QueueState:
     cursor: int  # every seq <= cursor was handed out at least once
     dead_lettered: int
-    leases: list[Lease]  # outstanding, ascending by seq
+    # Ascending by seq: every outstanding lease, or (a load "at" a time) only those released
+    # or expired by then; the rest are held.
+    leases: list[Lease]
+    outstanding: int  # all outstanding leases
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +255,8 @@ class LeaseCommit:
 
 
 class LeaseStore(Protocol):
-    def load(self, qkey: str) -> QueueState: ...
+    def load(self, qkey: str, at: int | None = None) -> QueueState: ...
+    def get(self, qkey: str, seqs: Sequence[int]) -> dict[int, Lease]: ...
     def claim(
         self,
         qkey: str,

@@ -257,7 +257,14 @@ class QueueEngine:
         coord.waiting.append(claimer)
         if coord.task is None or coord.task.done():
             coord.task = loop.create_task(self._coordinate(topic, coord))
-        return await claimer.future
+        try:
+            return await claimer.future
+        except asyncio.CancelledError:
+            # Cancelled just as the result arrived: nobody will see these jobs; give them back.
+            fut = claimer.future
+            if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result().jobs:
+                self._spawn(self._release(topic, node, fut.result().jobs))
+            raise
 
     async def _coordinate(self, topic: str, coord: _Coordinator) -> None:
         try:
@@ -846,8 +853,10 @@ class QueueEngine:
             while True:
                 if len(held) < depth:
                     got = await self.claim(topic, node, depth - len(held), lease_ms)
+                    # All of them count as this stream's before the first goes out: if the
+                    # client drops while a write blocks, the unsent ones are released too.
+                    held.update((job.seq, job) for job in got.jobs)
                     for job in got.jobs:
-                        held[job.seq] = job
                         yield job
                     if got.jobs:
                         last_frame = time.monotonic()
@@ -871,10 +880,12 @@ class QueueEngine:
     def _still_held(self, topic: str, node: str, held: dict[int, Job]) -> dict[int, Job]:
         head = self._queue_head(topic)
         current = self.store.get(queue_key(topic, head.epoch), list(held))
+        now = self.log.clock()
         return {
             seq: job
             for seq, job in held.items()
             if (lease := current.get(seq)) is not None
             and lease.node == node
             and lease.lease_id == job.lease_id
+            and not claimable(lease, now)  # an expired lease frees its slot on the stream
         }

@@ -87,6 +87,8 @@ def specs(max_claim: int, servers: int = 2) -> list[Spec]:
         Spec(f"queue-8w-m{max_claim}", 8, max_claim, servers, 2, TARGET),
         # max=1: one job per round trip, so throughput shows the per-request latency bound.
         Spec("queue-8w-m1", 8, 1, servers, 2),
+        # bigger batches: the per-request cost spread over 4x the jobs
+        Spec(f"queue-8w-m{max_claim * 4}", 8, max_claim * 4, servers, 2, TARGET),
         Spec(f"queue-32w-m{max_claim}", 32, max_claim, servers, 2),
     ]
 

@@ -27,7 +27,13 @@ def test_bench_queue_tiny_run_acks_every_job_once_and_counts_calls(tmp_path: Pat
     result: dict[str, Any] = json.loads(out.read_text())
     assert result["benchmark"] == "queue" and result == json.loads(json.dumps(returned))
     by = {w["workload"]["name"]: w for w in result["workloads"]}
-    assert list(by) == ["queue-1w-m16", "queue-8w-m16", "queue-8w-m1", "queue-32w-m16"]
+    assert list(by) == [
+        "queue-1w-m16",
+        "queue-8w-m16",
+        "queue-8w-m1",
+        "queue-8w-m64",
+        "queue-32w-m16",
+    ]
     assert result["settings"]["jobs_prefilled_per_run"] == JOBS
 
     for name, w in by.items():

@@ -66,6 +66,7 @@ from bench.harness import (
     process_cpu_seconds,
     report,
     run_workload,
+    write_results,
 )
 
 ENV_POLL_MS = "HEADWATER_POLL_INTERVAL_MS"
@@ -858,11 +859,7 @@ def run(p: Params, backend: str, out_path: Path, command: str) -> dict[str, Any]
         "prices": PRICES,
         "workloads": summaries,
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=float))
-    tmp.replace(out_path)
-    print(f"\nresults: {out_path}")
+    write_results(out_path, result)
     return result
 
 

@@ -35,11 +35,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
-import queue as queue_mod
 import resource
 import sys
-import threading
 import time
 import urllib.request
 import uuid
@@ -62,7 +59,9 @@ from bench.harness import (
     percentile,
     process_cpu_seconds,
     report,
+    run_processes,
     summarize,
+    write_results,
 )
 
 LEASE_MS = 120_000  # no lease may expire inside a run: every job is delivered once
@@ -243,36 +242,8 @@ def remaining_jobs(base_url: str, topic: str) -> list[int]:
 
 
 def run_workers(parts: list[dict[str, Any]], begin: Callable[[], None]) -> list[dict[str, Any]]:
-    """Start one process per part, wait until each has its connections open, call begin(),
-    release them, and collect what each one measured."""
-    ctx = mp.get_context("spawn")
-    ready = ctx.Barrier(len(parts) + 1)
-    go = ctx.Barrier(len(parts) + 1)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=worker_process, args=(p, ready, go, out)) for p in parts]
-    for p in procs:
-        p.start()
-    try:
-        try:
-            ready.wait(timeout=120)
-            begin()
-            go.wait(timeout=30)
-        except threading.BrokenBarrierError:
-            try:
-                why = out.get(timeout=10)
-            except queue_mod.Empty:
-                why = f"exit codes {[p.exitcode for p in procs]}"
-            raise RuntimeError(f"worker process failed: {why}") from None
-        got = [out.get(timeout=900) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.terminate()
-    failed = [g["error"] for g in got if "error" in g]
-    if failed:
-        raise RuntimeError(f"worker process failed: {failed[0]}")
-    return got
+    """One process per part; begin() runs once all have their connections open."""
+    return run_processes(worker_process, parts, begin, "worker")
 
 
 def verify(
@@ -607,11 +578,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "prices": PRICES,
         "workloads": summaries,
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=float))
-    tmp.replace(out_path)
-    print(f"\nresults: {out_path}")
+    write_results(out_path, result)
     return result
 
 

@@ -27,14 +27,11 @@ import asyncio
 import base64
 import contextlib
 import json
-import multiprocessing as mp
 import os
-import queue
 import random
 import resource
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -51,7 +48,9 @@ from bench.harness import (
     Workload,
     machine_info,
     report,
+    run_processes,
     run_workload,
+    write_results,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -259,33 +258,7 @@ async def _client_main(spec: dict[str, Any], ready: Any, go: Any) -> dict[str, A
 
 def run_clients(specs: list[dict[str, Any]], begin: Any) -> RunResult:
     """Start one process per spec, wait for their warm-up, call begin(), release them."""
-    ctx = mp.get_context("spawn")
-    ready = ctx.Barrier(len(specs) + 1)
-    go = ctx.Barrier(len(specs) + 1)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=client_process, args=(s, ready, go, out)) for s in specs]
-    for p in procs:
-        p.start()
-    try:
-        try:
-            ready.wait(timeout=120)
-            begin()
-            go.wait(timeout=30)
-        except threading.BrokenBarrierError:
-            try:
-                why = out.get(timeout=10)
-            except queue.Empty:
-                why = f"exit codes {[p.exitcode for p in procs]}"
-            raise RuntimeError(f"client process failed: {why}") from None
-        parts = [out.get(timeout=900) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.terminate()
-    failed = [p["error"] for p in parts if "error" in p]
-    if failed:
-        raise RuntimeError(f"client process failed: {failed[0]}")
+    parts = run_processes(client_process, specs, begin)
     errors = [e for p in parts for e in p["errors"]]
     if errors:
         print(f"  !! {len(errors)} failed requests, first: {errors[0]}", file=sys.stderr)
@@ -550,11 +523,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "prices": PRICES,
         "workloads": summaries,
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=float))
-    tmp.replace(out_path)
-    print(f"\nresults: {out_path}")
+    write_results(out_path, result)
     return result
 
 

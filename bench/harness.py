@@ -28,14 +28,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import multiprocessing as mp
 import os
 import platform
+import queue
 import statistics
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 # --- prices -------------------------------------------------------------------------------
@@ -572,3 +576,51 @@ def report(summaries: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -
         format_table(["workload", "API", "calls/op", "req B/op", "resp B/op", "WRU", "RRU"], crow)
     )
     return "\n".join(out)
+
+
+def run_processes(
+    target: Callable[..., None],
+    parts: Sequence[Mapping[str, Any]],
+    begin: Callable[[], None],
+    what: str = "client",
+) -> list[dict[str, Any]]:
+    """Start one spawned process per part as target(part, ready, go, out); wait until each
+    is warmed up (the `ready` barrier), call begin(), release them (`go`), and collect the
+    dict each puts on `out`. A process that fails (or reports "error") fails the run."""
+    ctx = mp.get_context("spawn")
+    ready = ctx.Barrier(len(parts) + 1)
+    go = ctx.Barrier(len(parts) + 1)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(p, ready, go, out)) for p in parts]
+    for p in procs:
+        p.start()
+    try:
+        try:
+            ready.wait(timeout=120)
+            begin()
+            go.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            try:
+                why = out.get(timeout=10)
+            except queue.Empty:
+                why = f"exit codes {[p.exitcode for p in procs]}"
+            raise RuntimeError(f"{what} process failed: {why}") from None
+        got: list[dict[str, Any]] = [out.get(timeout=900) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
+    failed = [g["error"] for g in got if "error" in g]
+    if failed:
+        raise RuntimeError(f"{what} process failed: {failed[0]}")
+    return got
+
+
+def write_results(out_path: Path, result: Mapping[str, Any]) -> None:
+    """Write a results JSON atomically (a reader never sees half a file)."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=float))
+    tmp.replace(out_path)
+    print(f"\nresults: {out_path}")

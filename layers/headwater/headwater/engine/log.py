@@ -223,12 +223,14 @@ class LogEngine:
             after = page.next_after
         return out, True
 
-    async def delete_topic(self, topic: str, *, if_empty: bool) -> bool:
-        def run() -> bool:
+    async def delete_topic(self, topic: str, *, if_empty: bool) -> Head | None:
+        """Delete a topic: the head as it was when deleted, or None if there was none."""
+
+        def run() -> Head | None:
             for _ in range(MAX_ATTEMPTS):
                 head = self.heads.get(topic)
                 if head is None or head.deleted:
-                    return False
+                    return None
                 if if_empty and head.count > 0:
                     raise TopicNotEmpty(
                         f"topic {topic!r} has {head.count} records",
@@ -240,7 +242,7 @@ class LogEngine:
                     self.quota_release(TOTAL_BYTES, head.bytes)
                     self._head_cache.pop(topic, None)
                     self.cache.drop_topic(head.log_key)
-                    return True
+                    return head
             raise StorageUnavailable("topic delete kept conflicting; retry")
 
         deleted = await self._io(run)
@@ -775,6 +777,23 @@ class LogEngine:
                 new_es = self._first_live(cur, cur.earliest_seq, None)
             cur = dataclasses.replace(cur, earliest_seq=new_es, del_ver=cur.del_ver + 1)
         return count, cur
+
+    def advance_floor(self, topic: str) -> None:
+        """Move earliest_seq past a deleted prefix (records deleted one by one, e.g. queue
+        acks). One attempt: a concurrent delete wins, and the next call catches up."""
+        head = self.heads.get(topic)
+        if head is None or head.deleted:
+            return
+        floor = self._first_live(head, head.earliest_seq, None)
+        if floor > head.earliest_seq and self.tail.commit_delete(
+            DeleteCommit(topic, head.epoch, head.del_ver, [], 0, 0, floor)
+        ):
+            self.forget_head(topic)
+
+    def forget_head(self, topic: str) -> None:
+        """Records were deleted: the next reads of this topic take its head from storage."""
+        self.known.forget(topic)
+        self._head_cache.pop(topic, None)
 
     def _first_live(self, head: Head, start: int, frames: list[Frame] | None) -> int:
         """First seq >= start that is not deleted (head_seq + 1 if none)."""

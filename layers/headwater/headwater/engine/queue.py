@@ -44,7 +44,6 @@ from headwater.errors import (
 )
 from headwater.storage.leases import CONFLICT, MAX_TXN_ITEMS, queue_key
 from headwater.storage.ports import (
-    DeleteCommit,
     Guard,
     Head,
     Lease,
@@ -650,29 +649,26 @@ class QueueEngine:
             lost = {chunk[k - base][0].seq for k in failed if k >= base}
             pending = [t for t in pending if t[0].seq not in lost]
         if done:
-            self.log.known.forget(head.topic)
-            self.log._head_cache.pop(head.topic, None)
+            self.log.forget_head(head.topic)
         return done, head
 
     def _after(self, head: Head, records: list[tuple[int, int, int]]) -> Head:
         freed = sum(size for _, _, size in records)
         self.log.quota_release(TOTAL_BYTES, freed)
-        return dataclasses.replace(
-            head,
-            count=head.count - len(records),
-            bytes=head.bytes - freed,
-            del_ver=head.del_ver + 1,
-        )
+        return self.log._after_delete(head, len(records), freed, None)
 
     def _held(
         self,
-        by_seq: dict[int, Lease],
+        topic: str,
         node: str,
         seqs: Sequence[int],
         lease_ids: Sequence[str] | None,
-    ) -> tuple[list[tuple[Lease, Guard]], list[int]]:
-        """The requested leases `node` holds (and whose id matches, when fenced), with the
-        guard to write them on; the rest are skipped."""
+    ) -> tuple[Head, str, list[tuple[Lease, Guard]], list[int]]:
+        """The queue's head and lease partition, the requested leases `node` holds (and
+        whose id matches, when fenced) with the guard to write them on, and the skipped."""
+        head = self._queue_head(topic)
+        qkey = queue_key(topic, head.epoch)
+        by_seq = self.store.get(qkey, seqs)
         held: list[tuple[Lease, Guard]] = []
         skipped: list[int] = []
         seen: set[int] = set()
@@ -690,7 +686,7 @@ class QueueEngine:
                 skipped.append(seq)
             else:
                 held.append((lease, Guard(lease_id=fence, node=node)))
-        return held, skipped
+        return head, qkey, held, skipped
 
     async def ack(
         self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
@@ -703,26 +699,13 @@ class QueueEngine:
             # the background and at most once a second per topic (reads only skip deleted
             # records below a stale floor, so this is upkeep, not correctness).
             self._floor_moved[topic] = now
-            self.log.submit_io(self._advance_floor, topic).add_done_callback(_log_failure)
+            self.log.submit_io(self.log.advance_floor, topic).add_done_callback(_log_failure)
         return result
-
-    def _advance_floor(self, topic: str) -> None:
-        head = self.log.heads.get(topic)
-        if head is None or head.deleted:
-            return
-        floor = self.log._first_live(head, head.earliest_seq, None)
-        if floor > head.earliest_seq:
-            self.log.tail.commit_delete(
-                DeleteCommit(topic, head.epoch, head.del_ver, [], 0, 0, floor)
-            )
-            self.log.known.forget(topic)
 
     def _ack_sync(
         self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
     ) -> tuple[LeaseOpResult, bool]:
-        head = self._queue_head(topic)
-        qkey = queue_key(topic, head.epoch)
-        held, skipped = self._held(self.store.get(qkey, seqs), node, seqs, lease_ids)
+        head, qkey, held, skipped = self._held(topic, node, seqs, lease_ids)
         done, after = self._finish(head, qkey, held, False) if held else ([], head)
         finished = set(done)
         skipped += [lease.seq for lease, _ in held if lease.seq not in finished]
@@ -756,9 +739,7 @@ class QueueEngine:
         release: bool,
         ms: int,
     ) -> LeaseOpResult:
-        head = self._queue_head(topic)
-        qkey = queue_key(topic, head.epoch)
-        held, skipped = self._held(self.store.get(qkey, seqs), node, seqs, lease_ids)
+        head, qkey, held, skipped = self._held(topic, node, seqs, lease_ids)
         now = self.log.clock()
         due = now + ms
         done: list[int] = []

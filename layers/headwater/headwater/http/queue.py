@@ -14,7 +14,6 @@ from headwater.engine.queue import (
     LEASE_MAX_MS,
     Counters,
     LeaseOpResult,
-    QueueEngine,
     clamp_lease_ms,
 )
 from headwater.errors import BatchTooLarge, InvalidRequest, NotAcceptable
@@ -68,17 +67,13 @@ def _seqs(body: dict[str, Any], limits: Limits) -> tuple[list[int], list[str] | 
     return seqs, ids
 
 
-def _lease_ms(body: dict[str, Any], name: str = "lease_ms") -> int | None:
-    if body.get(name) is None:
+def _lease_ms(body: dict[str, Any]) -> int | None:
+    if body.get("lease_ms") is None:
         return None
-    return clamp_lease_ms(u64(body, name, 0))
+    return clamp_lease_ms(u64(body, "lease_ms", 0))
 
 
-def queues(svc: Services) -> QueueEngine:
-    return svc.queues
-
-
-async def _lease_body(
+def _lease_body(
     request: Request,
     topic: str,
     verb: str,
@@ -112,7 +107,7 @@ async def claim(topic: str, request: Request) -> Response:
     node = _node(body.get("node"), limits)
     max_n = min(u64(body, "max", 1), limits.max_claim)
     lease_ms = _lease_ms(body)
-    result = await queues(svc).claim(topic, node, max_n, lease_ms)
+    result = await svc.queues.claim(topic, node, max_n, lease_ms)
     jobs = b"[" + b",".join(job.render() for job in result.jobs) + b"]"
     return json_response(
         request,
@@ -126,9 +121,9 @@ async def ack(topic: str, request: Request) -> Response:
     svc, body = await _prepare(request, topic, "write")
     node = _node(body.get("node"), svc.settings.limits)
     seqs, ids = _seqs(body, svc.settings.limits)
-    op = await queues(svc).ack(topic, node, seqs, ids)
+    op = await svc.queues.ack(topic, node, seqs, ids)
     # The delete is durable when DynamoDB acknowledges the write; no separate fsync step.
-    return await _lease_body(request, topic, "acked", op, {"fsync_ms": 0.0})
+    return _lease_body(request, topic, "acked", op, {"fsync_ms": 0.0})
 
 
 @router.post("/v0/topics/{topic}/nack")
@@ -137,8 +132,8 @@ async def nack(topic: str, request: Request) -> Response:
     node = _node(body.get("node"), svc.settings.limits)
     seqs, ids = _seqs(body, svc.settings.limits)
     delay = min(u64(body, "delay_ms", 0), LEASE_MAX_MS)
-    op = await queues(svc).retime(topic, node, seqs, ids, release=True, ms=delay)
-    return await _lease_body(request, topic, "nacked", op)
+    op = await svc.queues.retime(topic, node, seqs, ids, release=True, ms=delay)
+    return _lease_body(request, topic, "nacked", op)
 
 
 @router.post("/v0/topics/{topic}/extend")
@@ -149,7 +144,7 @@ async def extend(topic: str, request: Request) -> Response:
     lease_ms = _lease_ms(body)
     if lease_ms is None:
         raise InvalidRequest("lease_ms is required", detail={"field": "lease_ms"})
-    op = await queues(svc).retime(topic, node, seqs, ids, release=False, ms=lease_ms)
+    op = await svc.queues.retime(topic, node, seqs, ids, release=False, ms=lease_ms)
     deadlines = {str(seq): due for seq, due in op.deadlines.items()}
     body_out = {"extended": len(op.done), "skipped": op.skipped, "deadlines": deadlines}
     return json_response(request, {"topic": topic, **body_out})
@@ -173,7 +168,7 @@ async def work(topic: str, request: Request) -> Response:
     depth = query_int(q, "max", 1, 1, limits.max_claim)
     lease_raw = q.get("lease_ms")
     lease_ms = clamp_lease_ms(query_int(q, "lease_ms", 0, 0, LEASE_MAX_MS)) if lease_raw else None
-    engine = queues(svc)
+    engine = svc.queues
     # Establishment errors (404 topic_not_found, 409 not_a_queue) are plain HTTP errors.
     await engine.check(topic)
     slot = svc.limits.acquire_stream(principal.key_id if svc.keys.enabled else None)

@@ -15,7 +15,6 @@ from headwater.engine.log import LogEngine
 from headwater.engine.priority import effective_priority
 from headwater.engine.queue import Counters
 from headwater.engine.values import AppendRequest, AppendResult, DiffResult
-from headwater.errors import TopicNotFound
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
@@ -153,15 +152,13 @@ async def delete_topic(topic: str, request: Request) -> Response:
     authorize(request, svc, "delete", name=topic)
     validate_topic_name(topic)
     if_empty = query_bool(request.query_params, "if_empty", False)
-    try:
-        was: Head | None = await svc.engine.get_topic(topic, touch=False)
-    except TopicNotFound:
-        was = None
-    deleted = await svc.engine.delete_topic(topic, if_empty=if_empty)
-    if deleted and was is not None and was.config.get("type") == "queue":
+    was = await svc.engine.delete_topic(topic, if_empty=if_empty)
+    if was is not None and was.config.get("type") == "queue":
         await svc.queues.forget(was)  # its lease items are never read again
     removed = await svc.routers.remove_for_topic(topic)  # spec §1.4: the cascade
-    return json_response(request, {"topic": topic, "deleted": deleted, "routers_removed": removed})
+    return json_response(
+        request, {"topic": topic, "deleted": was is not None, "routers_removed": removed}
+    )
 
 
 async def commit_append(

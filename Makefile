@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast lint fmt build bench deps deps-py deps-sam deps-node deps-java clean
+.PHONY: run test test-fast lint fmt build bench deps deps-py deps-sam deps-node deps-java clean glue-local
 
 deps: deps-py deps-sam deps-node deps-java
 
@@ -65,6 +65,17 @@ build: deps-sam
 	echo "sam build with $$py"; \
 	PATH="$$(dirname $$py):$$PATH" SAM_CLI_TELEMETRY=0 \
 	  $(SAMVENV)/bin/sam build --template template.yaml --build-dir .aws-sam/build
+
+# The rollup Glue job (glue_jobs/) on a local Spark against the emulator of a running
+# `make run`: start both with the same HEADWATER_EMULATOR_PORT, or pass GLUE_ENDPOINT (the
+# URL `make run` logs as "embedded AWS emulator (moto) on ..."). glue_jobs/README.md.
+GLUE_ENDPOINT ?= $(if $(HEADWATER_EMULATOR_PORT),http://127.0.0.1:$(HEADWATER_EMULATOR_PORT),$(AWS_ENDPOINT_URL))
+GLUE_BUCKET ?= $(or $(HEADWATER_BUCKET),$(or $(HEADWATER_RESOURCE_PREFIX),headwater-dev)-data)
+glue-local: deps-py deps-java
+	@test -n "$(GLUE_ENDPOINT)" || { echo "set HEADWATER_EMULATOR_PORT (as for make run) or GLUE_ENDPOINT=http://127.0.0.1:<port>"; exit 2; }
+	AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-testing} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-testing} \
+	  AWS_REGION=$${AWS_REGION:-us-east-1} \
+	  $(PY) glue_jobs/rollup_job.py --bucket $(GLUE_BUCKET) --endpoint-url $(GLUE_ENDPOINT) $(GLUE_ARGS)
 
 bench: deps
 	$(PY) -m bench.run_all

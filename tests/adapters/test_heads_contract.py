@@ -107,8 +107,9 @@ def test_mark_deleted_honours_if_empty_and_epoch(backend: Backend) -> None:
     # unconditional delete of a non-empty topic
     assert backend.heads.mark_deleted(full, if_empty=False)
     marker = backend.heads.get("full")
+    # The marker remembers how far the deleted incarnation got (the recreated tombstone).
     assert marker == dataclasses.replace(
-        new_head("full", config={"k": "v"}), created_ms=0, deleted=True
+        new_head("full", config={"k": "v"}), created_ms=0, deleted=True, prev_head_seq=3
     )
     # already deleted, or missing: refused
     assert not backend.heads.mark_deleted(full, if_empty=False)

@@ -114,8 +114,14 @@ def test_recreate_over_a_deleted_marker_uses_the_new_epoch(backend: Backend) -> 
 def test_append_advances_the_head(backend: Backend) -> None:
     head = create_topic(backend, "t", 3)
     after = append(backend, head, recs(2, start=3), ts=T0 + 7)
+    # unsealed_bytes grows with every append (it is what starts sealing).
     assert after == dataclasses.replace(
-        head, head_seq=5, count=5, bytes=5 * REC_SIZE, last_write_ts=T0 + 7
+        head,
+        head_seq=5,
+        count=5,
+        bytes=5 * REC_SIZE,
+        last_write_ts=T0 + 7,
+        unsealed_bytes=head.unsealed_bytes + 2 * REC_SIZE,
     )
     assert seqs_of(backend.tail.read_frames(after, 0, 5, 100)) == [1, 2, 3, 4, 5]
 

@@ -14,7 +14,7 @@ from api_helpers import MakeClient
 from starlette.testclient import TestClient
 
 from headwater.http.app import create_app
-from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
+from headwater.settings import ENV_API_KEYS_PARAMETER, Settings, Tiering
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 
@@ -31,7 +31,9 @@ def aws() -> Iterator[AwsClients]:
 def settings(aws: AwsClients, resource_prefix: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
     # Keys come from the Settings under test only, never from an SSM/Secrets parameter.
     monkeypatch.delenv(ENV_API_KEYS_PARAMETER, raising=False)
-    s = Settings(resource_prefix=resource_prefix)
+    # In-process moto serves one thread at a time: upkeep runs only when a test calls it
+    # (the e2e tier runs it in the background against the serialized emulator).
+    s = Settings(resource_prefix=resource_prefix, tiering=Tiering(inline=False, interval_ms=0))
     ensure_resources(s, aws)
     return s
 

@@ -112,3 +112,7 @@ class StorageUnavailable(HeadwaterError):
     """The storage backend failed or throttled past our retries (adapters raise it)."""
 
     status, code = 503, "storage_unavailable"
+
+
+class BlobNotFound(StorageUnavailable):
+    """An object that should exist does not (a segment dropped under a reader)."""

@@ -20,6 +20,7 @@ from headwater.engine.quotas import (
     Quotas,
 )
 from headwater.engine.routers import RouterEngine
+from headwater.engine.tiering import Upkeep
 from headwater.errors import ConfigurationError
 from headwater.http.auth import KeyStore
 from headwater.http.limits import ConnectionLimits
@@ -30,6 +31,7 @@ from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 from headwater.storage.leases import DynamoLeaseStore
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.routers import DynamoRouterStore
+from headwater.storage.segments import DynamoSegmentStore
 from headwater.storage.sessions import DynamoSessionStore
 from headwater.storage.ws_connections import DynamoWsStore
 
@@ -65,6 +67,7 @@ class Core:
     quotas: Quotas
     sessions: CountedSessions
     queues: QueueEngine
+    upkeep: Upkeep
 
     @classmethod
     def build(cls, settings: Settings, clients: AwsClients | None = None) -> Core:
@@ -86,7 +89,10 @@ class Core:
                 WS_CONNECTIONS: lambda: ws_store.count_connections(wall_ms() // 1000),
             },
         )
-        engine = LogEngine(heads, tail, blobs, settings, quotas=quotas)
+        segments = DynamoSegmentStore(clients.dynamodb, settings)
+        engine = LogEngine(heads, tail, blobs, settings, quotas=quotas, segments=segments)
+        upkeep = Upkeep(engine, segments)
+        engine.upkeep = upkeep.run
         routers = RouterEngine(
             engine,
             router_store,
@@ -101,6 +107,7 @@ class Core:
             quotas,
             CountedSessions(sessions, quotas),
             queues,
+            upkeep,
         )
 
 
@@ -115,6 +122,7 @@ class Services:
     sessions: CountedSessions
     limits: ConnectionLimits
     queues: QueueEngine
+    upkeep: Upkeep
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
 
@@ -131,6 +139,7 @@ class Services:
             core.sessions,
             ConnectionLimits(settings.caps),
             core.queues,
+            core.upkeep,
         )
 
     def uptime_ms(self) -> int:

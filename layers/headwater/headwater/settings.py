@@ -42,6 +42,15 @@ ENV_MAX_INFLIGHT_PER_KEY = "TOPICS_MAX_INFLIGHT_PER_KEY"
 ENV_MAX_TOTAL_BYTES = "TOPICS_MAX_TOTAL_BYTES"
 ENV_BUFFER_GRACE_MS = "HEADWATER_SSE_BUFFER_GRACE_MS"
 ENV_SLOW_CONSUMER_TIMEOUT_MS = "HEADWATER_SLOW_CONSUMER_TIMEOUT_MS"
+ENV_SEAL_RECORDS = "HEADWATER_SEAL_RECORDS"
+ENV_SEAL_BYTES = "HEADWATER_SEAL_BYTES"
+ENV_SEAL_AGE_MS = "HEADWATER_SEAL_AGE_MS"
+ENV_SEAL_GRACE_MS = "HEADWATER_SEAL_GRACE_MS"
+ENV_SEGMENT_BLOCK_BYTES = "HEADWATER_SEGMENT_BLOCK_BYTES"
+ENV_TIERING_INTERVAL_MS = "HEADWATER_TIERING_INTERVAL_MS"
+ENV_TIERING_INLINE = "HEADWATER_TIERING_INLINE"
+ENV_EPHEMERAL_RETENTION_MS = "HEADWATER_EPHEMERAL_RETENTION_MS"
+ENV_MEMORY_RETENTION_MS = "HEADWATER_MEMORY_RETENTION_MS"
 ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"  # `make run`: fixed port for the embedded moto
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
@@ -117,6 +126,22 @@ class Caps:
 
 
 @dataclass(frozen=True, slots=True)
+class Tiering:
+    """When the tail is sealed into S3 segments, and what the lossy durability classes keep
+    (docs/storage.md, "Tiering")."""
+
+    seal_records: int = 4096  # seal once this many records are unsealed...
+    seal_bytes: int = 4 << 20  # ...or this many bytes...
+    seal_age_ms: int = 600_000  # ...or the oldest unsealed record is this old
+    grace_ms: int = 60_000  # sealed frames stay in DynamoDB this long for in-flight readers
+    block_bytes: int = 64 << 10  # segment block size (before compression)
+    interval_ms: int = 10_000  # the in-process sweep (0: off; on AWS a schedule runs it)
+    inline: bool = True  # an append past a threshold or a cap starts upkeep in-process
+    ephemeral_retention_ms: int = 300_000
+    memory_retention_ms: int = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 4000
@@ -132,6 +157,7 @@ class Settings:
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     max_watch_topics: int = 256
     watch_session_ttl_ms: int = 300_000
+    tiering: Tiering = field(default_factory=Tiering)
     limits: Limits = field(default_factory=Limits)
     caps: Caps = field(default_factory=Caps)
 
@@ -191,6 +217,17 @@ class Settings:
             watch_session_ttl_ms=_int(e, ENV_WATCH_SESSION_TTL_MS, 300_000, 1000),
             limits=limits,
             caps=caps,
+            tiering=Tiering(
+                seal_records=_int(e, ENV_SEAL_RECORDS, 4096, 1),
+                seal_bytes=_int(e, ENV_SEAL_BYTES, 4 << 20, 1),
+                seal_age_ms=_int(e, ENV_SEAL_AGE_MS, 600_000, 0),
+                grace_ms=_int(e, ENV_SEAL_GRACE_MS, 60_000, 0),
+                block_bytes=_int(e, ENV_SEGMENT_BLOCK_BYTES, 64 << 10, 256),
+                interval_ms=_int(e, ENV_TIERING_INTERVAL_MS, 10_000, 0),
+                inline=_bool(e, ENV_TIERING_INLINE, True),
+                ephemeral_retention_ms=_int(e, ENV_EPHEMERAL_RETENTION_MS, 300_000, 1),
+                memory_retention_ms=_int(e, ENV_MEMORY_RETENTION_MS, 86_400_000, 1),
+            ),
         )
 
     def check_bind(self, has_keys: bool) -> None:

@@ -11,7 +11,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,11 +24,21 @@ from headwater.engine.quotas import TOPICS, TOTAL_BYTES, Quotas
 from headwater.engine.records import (
     Frame,
     NewRecord,
+    StoredRecord,
     compress_frame,
     encode_records,
     json_literal,
     stored,
 )
+from headwater.engine.retention import (
+    class_window_ms,
+    eviction_reason,
+    retention_ms,
+    tombstone_reason,
+    upkeep_due,
+)
+from headwater.engine.sealed import SealedReader, StaleHead
+from headwater.engine.segment import blocks_between
 from headwater.engine.values import (
     AppendRequest,
     AppendResult,
@@ -36,6 +46,7 @@ from headwater.engine.values import (
     DiffRequest,
     DiffResult,
     TagMatch,
+    Tombstone,
     TopicPage,
 )
 from headwater.errors import (
@@ -60,6 +71,8 @@ from headwater.storage.ports import (
     HeadStore,
     IdemEntry,
     LogTailStore,
+    SegmentItem,
+    SegmentStore,
     TagEntry,
 )
 from headwater.storage.schema import SPILL_PREFIX
@@ -70,6 +83,8 @@ MAX_TXN_ITEMS = 100
 MAX_ATTEMPTS = 200
 APPEND_BUDGET_S = 20.0
 TOUCH_INTERVAL_MS = 1000
+UPKEEP_INTERVAL_S = 1.0  # an append starts upkeep of its topic at most this often
+TTL_BACKSTOP_S = 7 * 86_400  # DynamoDB TTL of lossy-class frames, past their retention
 
 
 def wall_ms() -> int:
@@ -98,6 +113,7 @@ class LogEngine:
         settings: Settings,
         clock: Callable[[], int] = wall_ms,
         quotas: Quotas | None = None,
+        segments: SegmentStore | None = None,
     ) -> None:
         self.quotas = quotas
         self.heads = heads
@@ -106,6 +122,12 @@ class LogEngine:
         self.settings = settings
         self.clock = clock
         self.cache = FrameCache(settings.frame_cache_bytes)
+        self.segments = segments
+        self.sealed = SealedReader(segments, blobs, self.cache) if segments else None
+        # Set by the service container: seals, trims and evicts (engine/tiering.py).
+        self.upkeep: Callable[[str], object] | None = None
+        self._upkeep_at: dict[str, float] = {}
+        self._upkeep_running: set[str] = set()
         self.notifier = Notifier()
         self.known = KnownHeads()
         self.hub = HeadHub(
@@ -172,7 +194,10 @@ class LogEngine:
 
     def _fresh_head(self, topic: str, old: Head | None, cfg: dict[str, Any]) -> Head:
         epoch = old.epoch + 1 if old is not None else 1
-        return Head(topic=topic, epoch=epoch, config=cfg, created_ms=self.clock())
+        prev = old.prev_head_seq if old is not None else 0
+        return Head(
+            topic=topic, epoch=epoch, config=cfg, created_ms=self.clock(), prev_head_seq=prev
+        )
 
     async def get_topic(self, topic: str, *, touch: bool) -> Head:
         head = await self._io(self.heads.get, topic)
@@ -285,8 +310,38 @@ class LogEngine:
                 else:
                     p.future.set_result(r)
             self.notifier.notify(topic)
+            self._maybe_upkeep(topic)
         if writer.task is asyncio.current_task() and not writer.queue:
             self._writers.pop(topic, None)
+
+    def _maybe_upkeep(self, topic: str) -> None:
+        """Start sealing/eviction of a topic in the background once an append took it past
+        a threshold or a cap (at most once a second per topic; one run at a time)."""
+        head = self._head_cache.get(topic)
+        if (
+            head is None
+            or self.upkeep is None
+            or not self.settings.tiering.inline
+            or topic in self._upkeep_running
+            or not upkeep_due(head, self.settings.tiering)
+        ):
+            return
+        now = time.monotonic()
+        if now - self._upkeep_at.get(topic, 0.0) < UPKEEP_INTERVAL_S:
+            return
+        self._upkeep_at[topic] = now
+        self._upkeep_running.add(topic)
+        upkeep = self.upkeep
+
+        def run() -> None:
+            try:
+                upkeep(topic)
+            except Exception:  # upkeep is retried by the next append and the sweep
+                log.warning("upkeep of %s failed", topic, exc_info=True)
+            finally:
+                self._upkeep_running.discard(topic)
+
+        self._bg_pool.submit(run)
 
     def _commit_group(
         self, topic: str, reqs: list[AppendRequest]
@@ -472,6 +527,7 @@ class LogEngine:
                 bytes=payload,
                 last_write_ts=now,
                 tag_pending={} if inline_tags or not entries else {last: first},
+                unsealed_bytes=payload,
             )
         max_count = max_bytes = None
         if reject and not creating:
@@ -493,6 +549,7 @@ class LogEngine:
             idem=idem,
             max_count=max_count,
             max_bytes=max_bytes,
+            expires_s=self._frame_expiry_s(cfg, now),
         )
         try:
             self.tail.commit_append(commit)
@@ -518,6 +575,7 @@ class LogEngine:
             count=base.count + (last - first + 1),
             bytes=base.bytes + payload,
             last_write_ts=now,
+            unsealed_bytes=base.unsealed_bytes + payload,
         )
         self._head_cache[topic] = committed
         self.known.note(committed)
@@ -541,6 +599,13 @@ class LogEngine:
                 # the frame tag-pending and the next tag delete indexes it first.
                 log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
         return None, True
+
+    def _frame_expiry_s(self, cfg: dict[str, Any], now: int) -> int | None:
+        """Frames of the lossy classes carry a DynamoDB TTL well past their retention: the
+        sweep reclaims them first (keeping the counters exact); DynamoDB's TTL is the
+        backstop for a deployment whose sweep never runs."""
+        window = class_window_ms(cfg, self.settings.tiering)
+        return (now + window) // 1000 + TTL_BACKSTOP_S if window else None
 
     @staticmethod
     def _settle_duplicates(
@@ -603,26 +668,161 @@ class LogEngine:
 
     def _diff_sync(self, topic: str, req: DiffRequest, known: Head | None = None) -> DiffResult:
         head = known
-        if head is None:
-            head = self.heads.get(topic)
-            if head is not None:
-                self.known.note(head)
-        if head is None or head.deleted:
-            raise TopicNotFound(topic)
-        start = max(req.from_seq, head.earliest_seq - 1)
+        for _ in range(4):
+            if head is None:
+                head = self.heads.get(topic)
+                if head is not None:
+                    self.known.note(head)
+            if head is None or head.deleted:
+                raise TopicNotFound(topic)
+            try:
+                return self._diff_head(head, req)
+            except StaleHead:
+                head = None  # trimmed or evicted under a head we read earlier: read it again
+        raise StorageUnavailable(
+            "the log kept moving under the read; retry", headers={"Retry-After": "1"}
+        )
+
+    def _horizon(self, head: Head) -> int | None:
+        """Records with $ts below this are expired (None: the topic has no TTL)."""
+        ttl = retention_ms(head.config, self.settings.tiering)
+        return self.clock() - ttl if ttl > 0 else None
+
+    def _diff_head(self, head: Head, req: DiffRequest) -> DiffResult:
+        """One diff against a head (spec §3.3): a tombstone when the cursor fell below the
+        involuntary floor (evicted, expired) or belongs to a deleted incarnation."""
+        from_seq = req.from_seq
+        tomb: Tombstone | None = None
+        reasons: set[str] = set()
+        missed = 0
+        if head.prev_head_seq and head.head_seq < from_seq <= head.prev_head_seq:
+            # A cursor past the head that the previous incarnation reached: the topic was
+            # deleted and recreated since this consumer read it. Start the new one over.
+            tomb = Tombstone(
+                from_seq + 1,
+                head.prev_head_seq,
+                "recreated",
+                head.prev_head_seq - from_seq,
+                head.first_live_seq,
+                head.head_seq,
+            )
+            from_seq = 0
+        elif from_seq + 1 < head.evict_floor:
+            reasons = eviction_reason(head.evictions, from_seq + 1, head.evict_floor - 1)
+            reasons = reasons or {"cap"}
+            missed = head.evict_floor - 1 - from_seq
+        start = max(from_seq, head.earliest_seq - 1)
         if start >= head.head_seq:
-            return DiffResult([], max(req.from_seq, head.head_seq), head, 0)
-        return self._diff_frames(head, req, start, self._frames_after(head, start, req.limit))
+            view = self._tombstoned(head, tomb, reasons, req.from_seq, missed, head.earliest_seq)
+            return DiffResult([], max(start, head.head_seq), head, 0, view)
+        frames = self._frames_after(head, start, req.limit)
+        floor = head.earliest_seq
+        horizon = self._horizon(head)
+        if horizon is not None and self._expired_prefix(head, frames, start, horizon):
+            floor, skipped = self._ttl_floor(head, start, horizon)
+            reasons.add("ttl")
+            missed += skipped
+            start = floor - 1
+            frames = self._frames_after(head, start, req.limit) if start < head.head_seq else []
+        result = self._diff_frames(head, req, start, frames)
+        view = self._tombstoned(head, tomb, reasons, req.from_seq, missed, floor)
+        if view is None:
+            return result
+        if floor > head.earliest_seq:
+            result = dataclasses.replace(result, head=dataclasses.replace(head, earliest_seq=floor))
+        return dataclasses.replace(result, tombstone=view)
+
+    @staticmethod
+    def _tombstoned(
+        head: Head,
+        tomb: Tombstone | None,
+        reasons: set[str],
+        from_seq: int,
+        missed: int,
+        floor: int,
+    ) -> Tombstone | None:
+        if tomb is not None or not reasons:
+            return tomb
+        earliest = max(floor, head.first_live_seq) if head.count else max(floor, head.head_seq + 1)
+        return Tombstone(
+            from_seq + 1,
+            earliest - 1,
+            tombstone_reason(reasons),
+            max(missed, 0),
+            earliest,
+            head.head_seq,
+        )
+
+    @staticmethod
+    def _expired_prefix(head: Head, frames: list[Frame], start: int, horizon: int) -> bool:
+        """Is the first live record after `start` past the TTL?"""
+        for frame in frames:
+            if frame.last_seq <= start:
+                continue
+            for rec in frame.records:
+                if (
+                    rec.seq > start
+                    and rec.seq >= head.earliest_seq
+                    and rec.seq not in frame.deleted
+                ):
+                    return rec.ts < horizon
+        return False
+
+    def _ttl_floor(self, head: Head, start: int, horizon: int) -> tuple[int, int]:
+        """The first seq after `start` at or past the TTL horizon (expiry runs by position:
+        the floor stops at the first record still inside the TTL), and about how many live
+        records lie below it. Walks segment and block metadata and frame summaries; decodes
+        only the block where the horizon falls."""
+        after, skipped = start, 0
+        while self.sealed is not None and after < head.sealed_through:
+            found = self.sealed.segment_after(head, after)
+            if found is None:
+                break
+            item, info = found
+            if item.max_ts < horizon:
+                skipped += max(0, item.count - item.deleted_count)
+                after = item.last_seq
+                continue
+            for b in blocks_between(info, after, item.last_seq):
+                if b.max_ts < horizon:
+                    skipped += b.records
+                    after = b.last_seq
+                    continue
+                for rec in self.sealed.frames(head, after, 1)[0].records:
+                    if rec.seq > after and rec.ts >= horizon:
+                        return rec.seq, skipped
+                    skipped += rec.seq > after
+                after = b.last_seq
+            after = max(after, item.last_seq)
+        after = max(after, head.sealed_through)
+        while after < head.head_seq:
+            summaries = self.tail.frame_summaries(head, after, head.head_seq, 256)
+            if not summaries:
+                break
+            for f in summaries:
+                if f.ts >= horizon:
+                    return max(f.first_seq, after + 1), skipped
+                skipped += f.last_seq - max(f.first_seq, after + 1) + 1 - f.deleted_count
+                after = f.last_seq
+        return head.head_seq + 1, skipped
 
     def _diff_cached(self, head: Head, req: DiffRequest) -> DiffResult | None:
         """The diff from a known head and the frame cache alone, or None if it needs a read
-        from storage. Live readers woken by an append in this process take this path."""
+        from storage (or carries a tombstone). Live readers woken by an append in this
+        process take this path."""
         start = max(req.from_seq, head.earliest_seq - 1)
+        if req.from_seq + 1 < head.evict_floor or req.from_seq > head.head_seq:
+            return None
         if start >= head.head_seq:
             return DiffResult([], max(req.from_seq, head.head_seq), head, 0)
+        if start < head.sealed_through:
+            return None
         frames = self.cache.run(head.log_key, start, head.del_ver)
         covered = frames[-1].last_seq if frames else start
         if covered < head.head_seq and covered - start < req.limit:
+            return None
+        horizon = self._horizon(head)
+        if horizon is not None and self._expired_prefix(head, frames, start, horizon):
             return None
         return self._diff_frames(head, req, start, frames)
 
@@ -635,8 +835,8 @@ class LogEngine:
             if head.config.get("dedupe_node", True)
             else frozenset()
         )
-        ttl = int(head.config.get("ttl_ms", 0))
-        expired_before = self.clock() - ttl if ttl > 0 else 0
+        horizon = self._horizon(head)
+        expired_before = horizon if horizon is not None else 0
         out: list[bytes] = []
         budget = req.max_bytes
         scan_cap = max(req.limit * 8, 1024)
@@ -644,6 +844,8 @@ class LogEngine:
         last_examined = start
         done = False
         for frame in frames:
+            if frame.last_seq <= start:
+                continue
             for rec in frame.records:
                 if rec.seq <= start:
                     continue
@@ -665,18 +867,36 @@ class LogEngine:
                 budget -= rec.size
             if done:
                 break
+        if not done and frames and last_examined < frames[-1].last_seq <= head.head_seq:
+            last_examined = frames[-1].last_seq  # the rest of the last frame was a seq gap
         return DiffResult(out, last_examined, head, scanned)
 
     def _frames_after(self, head: Head, start: int, want: int) -> list[Frame]:
+        """Frames (sealed blocks, then tail frames) holding the records after `start`: at
+        least `want` records' worth unless the log ends first."""
+        out: list[Frame] = []
+        if start < head.sealed_through:
+            if self.sealed is None:
+                raise StorageUnavailable("this process cannot read sealed history")
+            out = self.sealed.frames(head, start, want)
+            covered = out[-1].last_seq if out else start
+            if covered < head.sealed_through and covered - start >= want:
+                return out
+            want -= max(0, covered - start)
+            start = max(covered, head.sealed_through)
+            if want <= 0 or start >= head.head_seq:
+                return out
         frames = self.cache.run(head.log_key, start, head.del_ver)
         covered = frames[-1].last_seq if frames else start
         have = covered - start
         if covered < head.head_seq and have < want:
             fetched = self.tail.read_frames(head, covered, head.head_seq, want - have)
+            if not fetched or fetched[0].first_seq > covered + 1:
+                raise StaleHead
             for f in fetched:
                 self.cache.put(head.log_key, f, head.del_ver)
             frames = frames + [f for f in fetched if f.last_seq > covered]
-        return frames
+        return out + frames
 
     # --- record delete ------------------------------------------------------------------
     async def delete_records(
@@ -696,10 +916,13 @@ class LogEngine:
             self._head_cache.pop(topic, None)
             bound = head.head_seq + 1
             upper = bound if before_seq is None else min(bound, before_seq)
-            if match is None:
-                outcome = self._delete_prefix(head, upper)
-            else:
-                outcome = self._delete_tagged(head, upper, match)
+            try:
+                if match is None:
+                    outcome = self._delete_prefix(head, upper)
+                else:
+                    outcome = self._delete_tagged(head, upper, match)
+            except StaleHead:
+                continue
             if outcome is not None:
                 deleted, after = outcome
                 self.known.forget(topic)  # the deleted sets changed: next reads are strong
@@ -710,20 +933,62 @@ class LogEngine:
     def _delete_prefix(self, head: Head, upper: int) -> tuple[int, Head] | None:
         if upper <= head.earliest_seq:
             return 0, head
-        count = nbytes = 0
-        frames = self.tail.read_frames(head, head.earliest_seq - 1, upper - 1, 1 << 62)
-        for f in frames:
-            for rec in f.records:
-                if head.earliest_seq <= rec.seq < upper and rec.seq not in f.deleted:
-                    count += 1
-                    nbytes += rec.size
-        new_es = self._first_live(head, upper, frames)
+        count, nbytes = self._live_between(head, head.earliest_seq, upper)
+        new_es = self._first_live(head, upper)
         ok = self.tail.commit_delete(
-            DeleteCommit(head.topic, head.epoch, head.del_ver, [], count, nbytes, new_es)
+            DeleteCommit(
+                head.topic,
+                head.epoch,
+                head.del_ver,
+                [],
+                count,
+                nbytes,
+                new_es,
+                expected_sealed=head.sealed_through,
+            )
         )
         if not ok:
             return None
         return count, self._after_delete(head, count, nbytes, new_es)
+
+    def _records_between(
+        self, head: Head, lo: int, hi: int
+    ) -> Iterator[tuple[StoredRecord, Frame]]:
+        """Every stored record with lo <= seq < hi (deleted ones too), with its frame."""
+        after = lo - 1
+        while after < hi - 1:
+            frames = self._frames_after(head, after, min(hi - 1 - after, 8192))
+            moved = after
+            for f in frames:
+                if f.last_seq <= after:
+                    continue
+                for rec in f.records:
+                    if after < rec.seq < hi:
+                        yield rec, f
+                moved = max(moved, f.last_seq)
+            if moved == after:
+                return
+            after = moved
+
+    def _live_between(self, head: Head, lo: int, hi: int) -> tuple[int, int]:
+        """Count and bytes of the live records with lo <= seq < hi. Whole segments count from
+        their item's counters; the rest is read."""
+        count = nbytes = 0
+        while self.sealed is not None and lo <= head.sealed_through and lo < hi:
+            found = self.sealed.segment_after(head, lo - 1)
+            if found is None:
+                break
+            item, _ = found
+            if not (lo <= item.first_seq and item.last_seq < hi):
+                break
+            count += item.count - item.deleted_count
+            nbytes += item.bytes - item.deleted_bytes
+            lo = item.last_seq + 1
+        for rec, frame in self._records_between(head, lo, hi):
+            if rec.seq not in frame.deleted:
+                count += 1
+                nbytes += rec.size
+        return count, nbytes
 
     def _delete_tagged(self, head: Head, upper: int, match: TagMatch) -> tuple[int, Head] | None:
         self._complete_tag_index(head)
@@ -735,48 +1000,106 @@ class LogEngine:
                 wanted.setdefault(e.frame_last_seq, []).extend(seqs)
         if not wanted:
             return 0, head
-        frames = self.tail.get_frames(head, list(wanted))
-        deletes: list[FrameDelete] = []
-        count = nbytes = 0
-        for last, seqs in sorted(wanted.items()):
+        # (in a segment, marks): sealed seqs are marked on their segment's item, the rest on
+        # their tail frame.
+        deletes: list[tuple[bool, FrameDelete]] = self._sealed_deletes(
+            head,
+            sorted(s for last, ss in wanted.items() if last <= head.sealed_through for s in ss),
+        )
+        tail_wanted = {k: v for k, v in wanted.items() if k > head.sealed_through}
+        frames = self.tail.get_frames(head, list(tail_wanted)) if tail_wanted else {}
+        for last, seqs in sorted(tail_wanted.items()):
             frame = frames.get(last)
             if frame is None:
                 continue
             fresh = sorted(s for s in set(seqs) if s not in frame.deleted)
-            if not fresh:
-                continue
-            size = sum(frame.records[s - frame.first_seq].size for s in fresh)
-            deletes.append(FrameDelete(last, tuple(fresh), size, frame.deleted_count))
-            count += len(fresh)
-            nbytes += size
+            if fresh:
+                size = sum(frame.records[s - frame.first_seq].size for s in fresh)
+                deletes.append((False, FrameDelete(last, tuple(fresh), size, frame.deleted_count)))
         if not deletes:
             return 0, head
+        count = sum(len(d.seqs) for _, d in deletes)
         # A transaction holds at most 100 items: big deletes commit in chunks, each atomic
         # with its head counters; the floor moves once at the end.
         cur = head
         chunk_size = MAX_TXN_ITEMS - 1
         for i in range(0, len(deletes), chunk_size):
             chunk = deletes[i : i + chunk_size]
-            c_n = sum(len(d.seqs) for d in chunk)
-            c_b = sum(d.bytes for d in chunk)
+            c_n = sum(len(d.seqs) for _, d in chunk)
+            c_b = sum(d.bytes for _, d in chunk)
             ok = self.tail.commit_delete(
-                DeleteCommit(cur.topic, cur.epoch, cur.del_ver, chunk, c_n, c_b, None)
+                DeleteCommit(
+                    cur.topic,
+                    cur.epoch,
+                    cur.del_ver,
+                    [d for sealed, d in chunk if not sealed],
+                    c_n,
+                    c_b,
+                    None,
+                    expected_sealed=cur.sealed_through,
+                    segments=[d for sealed, d in chunk if sealed],
+                )
             )
             if not ok:
-                return None if i == 0 else (sum(len(d.seqs) for d in deletes[:i]), cur)
+                return None if i == 0 else (sum(len(d.seqs) for _, d in deletes[:i]), cur)
             cur = self._after_delete(cur, c_n, c_b, None)
-        new_es = self._first_live(cur, cur.earliest_seq, None)
+        new_es = self._first_live(cur, cur.earliest_seq)
         if new_es != cur.earliest_seq:
             while not self.tail.commit_delete(
-                DeleteCommit(cur.topic, cur.epoch, cur.del_ver, [], 0, 0, new_es)
+                DeleteCommit(
+                    cur.topic,
+                    cur.epoch,
+                    cur.del_ver,
+                    [],
+                    0,
+                    0,
+                    new_es,
+                    expected_sealed=cur.sealed_through,
+                )
             ):
                 fresh_head = self.heads.get(cur.topic)
                 if fresh_head is None or fresh_head.deleted:
                     break
                 cur = fresh_head
-                new_es = self._first_live(cur, cur.earliest_seq, None)
+                new_es = self._first_live(cur, cur.earliest_seq)
             cur = dataclasses.replace(cur, earliest_seq=new_es, del_ver=cur.del_ver + 1)
         return count, cur
+
+    def _sealed_deletes(self, head: Head, seqs: list[int]) -> list[tuple[bool, FrameDelete]]:
+        """Delete marks for sealed seqs, one per segment (sizes read from their blocks)."""
+        if not seqs or self.sealed is None:
+            return []
+        by_segment: dict[int, list[StoredRecord]] = {}
+        items: dict[int, SegmentItem] = {}
+        records: dict[int, StoredRecord] = {}
+        for seq in seqs:
+            found = self.sealed.segment_after(head, seq - 1)
+            if found is None or found[0].first_seq > seq or seq in found[0].deleted:
+                continue
+            item = found[0]
+            if seq not in records:
+                for frame in self.sealed.frames(head, seq - 1, 1):
+                    for rec in frame.records:
+                        records[rec.seq] = rec
+            found_rec = records.get(seq)
+            if found_rec is not None:
+                items[item.last_seq] = item
+                by_segment.setdefault(item.last_seq, []).append(found_rec)
+        out: list[tuple[bool, FrameDelete]] = []
+        for last, recs in sorted(by_segment.items()):
+            uniq = {r.seq: r for r in recs}
+            out.append(
+                (
+                    True,
+                    FrameDelete(
+                        last,
+                        tuple(sorted(uniq)),
+                        sum(r.size for r in uniq.values()),
+                        items[last].deleted_count,
+                    ),
+                )
+            )
+        return out
 
     def advance_floor(self, topic: str) -> None:
         """Move earliest_seq past a deleted prefix (records deleted one by one, e.g. queue
@@ -784,9 +1107,21 @@ class LogEngine:
         head = self.heads.get(topic)
         if head is None or head.deleted:
             return
-        floor = self._first_live(head, head.earliest_seq, None)
+        try:
+            floor = self._first_live(head, head.earliest_seq)
+        except StaleHead:
+            return
         if floor > head.earliest_seq and self.tail.commit_delete(
-            DeleteCommit(topic, head.epoch, head.del_ver, [], 0, 0, floor)
+            DeleteCommit(
+                topic,
+                head.epoch,
+                head.del_ver,
+                [],
+                0,
+                0,
+                floor,
+                expected_sealed=head.sealed_through,
+            )
         ):
             self.forget_head(topic)
 
@@ -795,24 +1130,11 @@ class LogEngine:
         self.known.forget(topic)
         self._head_cache.pop(topic, None)
 
-    def _first_live(self, head: Head, start: int, frames: list[Frame] | None) -> int:
+    def _first_live(self, head: Head, start: int) -> int:
         """First seq >= start that is not deleted (head_seq + 1 if none)."""
-        seq = start
-        cached = frames or []
-        while seq <= head.head_seq:
-            run = [f for f in cached if f.last_seq >= seq]
-            if not run or run[0].first_seq > seq:
-                run = self.tail.read_frames(head, seq - 1, head.head_seq, 1024)
-            if not run:
-                break
-            for f in run:
-                for rec in f.records:
-                    if rec.seq < seq:
-                        continue
-                    if rec.seq not in f.deleted:
-                        return rec.seq
-                    seq = rec.seq + 1
-            cached = []
+        for rec, frame in self._records_between(head, start, head.head_seq + 1):
+            if rec.seq not in frame.deleted:
+                return rec.seq
         return head.head_seq + 1
 
     @staticmethod
@@ -831,6 +1153,9 @@ class LogEngine:
         if not head.tag_pending:
             return
         frames = self.tail.get_frames(head, list(head.tag_pending))
+        for last in head.tag_pending:
+            if last not in frames:  # evicted or trimmed since: nothing left to index
+                self.heads.clear_tag_pending(head, last)
         for last, frame in frames.items():
             tags: dict[str, list[int]] = {}
             for rec in frame.records:

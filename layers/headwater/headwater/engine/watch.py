@@ -450,10 +450,12 @@ class TopicFeed:
         if head.epoch != sub.epoch:
             yield self._topic_deleted(topic, sub)
             return
+        tomb = res.tombstone
         if sub.fresh:
             sub.fresh = False
             earliest = head.first_live_seq
             if cur > 0 and cur + 1 < earliest:
+                tomb = None  # reported below as from_seq_too_old
                 # The requested position fell off the start (Kafka's OffsetOutOfRange).
                 gap_to = earliest - 1
                 data = jsoncodec.dumps(
@@ -470,6 +472,23 @@ class TopicFeed:
                 sub.cursor = cur = gap_to
                 if self.subs.get(topic) is not sub:
                     return
+        if tomb is not None and tomb.gap_to >= tomb.gap_from and tomb.reason != "recreated":
+            # Records lost under the cursor (evicted by cap, expired by TTL): spec §7.
+            data = jsoncodec.dumps(
+                {
+                    "topic": topic,
+                    "reason": tomb.reason,
+                    "gap_from": tomb.gap_from,
+                    "gap_to": tomb.gap_to,
+                    "missed_estimate": tomb.missed_estimate,
+                    "earliest_seq": tomb.earliest_seq,
+                    "head_seq": tomb.head_seq,
+                }
+            )
+            yield WatchEvent("tombstone", data, self._id_after(topic, tomb.gap_to), topic)
+            sub.cursor = cur = max(cur, tomb.gap_to)
+            if self.subs.get(topic) is not sub:
+                return
         if res.records:
             records = res.records if opts.include_data else [_strip_data(r) for r in res.records]
             data = b"".join(

@@ -3,6 +3,7 @@ behind the Lambda Web Adapter on the streaming Lambda, and locally."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
-from headwater.http import errors, probes, queue, routers, v0, watch, ws
+from headwater.http import errors, probes, queue, rollups, routers, v0, watch, ws
 from headwater.http.auth import KeyStore
 from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
@@ -45,8 +46,17 @@ def create_app(
         # A serving process (uvicorn: local, or the streaming Lambda behind the Web Adapter)
         # forwards for routers from boot. Mangum runs with lifespan off, so the buffered
         # Lambda never starts this background work.
-        lazy.get().routers.ensure_running()
+        svc = lazy.get()
+        svc.routers.ensure_running()
+        interval_ms = settings.tiering.interval_ms
+        sealer = (
+            asyncio.get_running_loop().create_task(svc.upkeep.timer(interval_ms / 1000))
+            if interval_ms > 0
+            else None
+        )
         yield
+        if sealer is not None:
+            sealer.cancel()
         built = lazy.built
         if built is not None:
             built.shutting_down = True
@@ -64,6 +74,7 @@ def create_app(
     errors.install(app)
     app.include_router(probes.router)
     app.include_router(v0.router)
+    app.include_router(rollups.router)
     app.include_router(queue.router)
     app.include_router(watch.router)
     app.include_router(routers.router)

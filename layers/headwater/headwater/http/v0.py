@@ -66,6 +66,8 @@ def state_body(head: Head, queue: Counters | None = None) -> dict[str, Any]:
         "effective_priority": effective_priority(cfg, head.last_read_ts, now_ms()),
         "last_write_ts": head.last_write_ts,
         "last_read_ts": head.last_read_ts,
+        # Additive (spec §0: clients tolerate extra fields): how much is in S3 segments.
+        "sealed_through": head.sealed_through,
     }
     if queue is not None:
         body["queue"] = {

@@ -7,7 +7,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from headwater.errors import StorageUnavailable
+from headwater.errors import BlobNotFound, StorageUnavailable
+
+_MISSING = ("NoSuchKey", "404")
 
 
 class S3BlobStore:
@@ -25,6 +27,29 @@ class S3BlobStore:
         try:
             body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
         except ClientError as exc:
+            raise StorageUnavailable(f"blob get failed: {key}") from exc
+        return body
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of an object: one ranged GET."""
+        try:
+            resp = self._s3.get_object(
+                Bucket=self._bucket, Key=key, Range=f"bytes={start}-{end - 1}"
+            )
+            body: bytes = resp["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _MISSING:
+                raise BlobNotFound(f"no such blob: {key}") from exc
+            raise StorageUnavailable(f"blob range get failed: {key}") from exc
+        return body
+
+    def find(self, key: str) -> bytes | None:
+        """An object's bytes, or None if there is no such object."""
+        try:
+            body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _MISSING:
+                return None
             raise StorageUnavailable(f"blob get failed: {key}") from exc
         return body
 

@@ -4,57 +4,37 @@ speaks the DynamoDB wire format or sees ClientError; AWS errors become engine er
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from headwater.engine.records import Frame, decode_records
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import conditional, error_code
+from headwater.storage.ddb import batch_delete, conditional, error_code
+from headwater.storage.ddb import call as _call
+from headwater.storage.ddb import int_of as _i
+from headwater.storage.ddb import num as _n
+from headwater.storage.ddb import opt_int_of as _opt_i
+from headwater.storage.ddb import text as _s
 from headwater.storage.ports import (
     AppendCommit,
     AppendRejected,
     BlobStore,
     DeleteCommit,
+    EvictCommit,
+    FrameDelete,
+    FrameSummary,
     Head,
     IdemHit,
     TagEntry,
 )
 from headwater.storage.schema import HEADS, INDEX, LOG
 
-T = TypeVar("T")
 LIVE_GSI_KEY = "topic"
 _BATCH_GET_MAX = 100
-
-
-def _n(v: int) -> dict[str, str]:
-    return {"N": str(v)}
-
-
-def _s(v: str) -> dict[str, str]:
-    return {"S": v}
-
-
-def _i(item: dict[str, Any], name: str, default: int = 0) -> int:
-    v = item.get(name)
-    return int(v["N"]) if v is not None else default
-
-
-def _opt_i(item: dict[str, Any], name: str) -> int | None:
-    v = item.get(name)
-    return int(v["N"]) if v is not None else None
-
-
-def _call(fn: Callable[..., T], **kwargs: Any) -> T:
-    try:
-        return fn(**kwargs)
-    except ClientError as exc:
-        raise StorageUnavailable(
-            f"storage error: {error_code(exc)}", detail={"aws_error": error_code(exc)}
-        ) from exc
 
 
 def head_from_item(item: dict[str, Any]) -> Head:
@@ -74,7 +54,25 @@ def head_from_item(item: dict[str, Any]) -> Head:
         del_ver=_i(item, "dv"),
         tag_pending={int(k): int(v["N"]) for k, v in tp.items()},
         deleted="dl" in item,
+        sealed_through=_i(item, "st"),
+        trimmed_through=_i(item, "tt"),
+        unsealed_bytes=max(0, _i(item, "ub")),
+        evictions=decode_evictions(item.get("ev", {}).get("S", "")),
+        prev_head_seq=_i(item, "ph"),
     )
+
+
+def encode_evictions(runs: Sequence[tuple[int, str]]) -> str:
+    return ",".join(f"{upto}:{reason}" for upto, reason in runs)
+
+
+def decode_evictions(raw: str) -> tuple[tuple[int, str], ...]:
+    out: list[tuple[int, str]] = []
+    for part in raw.split(","):
+        if part:
+            upto, _, reason = part.partition(":")
+            out.append((int(upto), reason))
+    return tuple(out)
 
 
 def head_to_item(h: Head) -> dict[str, Any]:
@@ -90,7 +88,13 @@ def head_to_item(h: Head) -> dict[str, Any]:
         "cr": _n(h.created_ms),
         "dv": _n(h.del_ver),
         "tp": {"M": {str(k): _n(v) for k, v in h.tag_pending.items()}},
+        "st": _n(h.sealed_through),
+        "tt": _n(h.trimmed_through),
+        "ub": _n(h.unsealed_bytes),
+        "ph": _n(h.prev_head_seq),
     }
+    if h.evictions:
+        item["ev"] = _s(encode_evictions(h.evictions))
     if h.last_write_ts is not None:
         item["lw"] = _n(h.last_write_ts)
     if h.last_read_ts is not None:
@@ -146,7 +150,13 @@ class DynamoHeadStore:
         )
 
     def mark_deleted(self, head: Head, *, if_empty: bool) -> bool:
-        marker = Head(topic=head.topic, epoch=head.epoch, deleted=True, config=head.config)
+        marker = Head(
+            topic=head.topic,
+            epoch=head.epoch,
+            deleted=True,
+            config=head.config,
+            prev_head_seq=head.head_seq,
+        )
         cond = "ep = :ep AND attribute_not_exists(dl)"
         values: dict[str, Any] = {":ep": _n(head.epoch)}
         if if_empty:
@@ -302,6 +312,8 @@ class DynamoLogTailStore:
             "dn": _n(0),
             "dz": _n(0),
         }
+        if c.expires_s is not None:
+            frame["ttl"] = _n(c.expires_s)
         if c.spill_key is not None:
             frame["s3"] = _s(c.spill_key)
         else:
@@ -402,7 +414,7 @@ class DynamoLogTailStore:
         h = c.expected
         assert h is not None
         n = c.last_seq - c.first_seq + 1
-        sets = ["hs = :h2", "cnt = cnt + :n", "byt = byt + :b", "lw = :ts"]
+        sets = ["hs = :h2", "cnt = cnt + :n", "byt = byt + :b", "lw = :ts", "ub = ub + :b"]
         names: dict[str, str] = {}
         values: dict[str, Any] = {
             ":h2": _n(c.last_seq),
@@ -596,6 +608,7 @@ class DynamoLogTailStore:
             ":db": _n(d.bytes_delta),
             ":dv": _n(d.expected_del_ver),
             ":ep": _n(d.epoch),
+            ":st": _n(d.expected_sealed),
         }
         if d.new_earliest is not None:
             sets.append("es = :es")
@@ -606,7 +619,8 @@ class DynamoLogTailStore:
                     "TableName": self._heads_table,
                     "Key": {"pk": _s(d.topic)},
                     "UpdateExpression": "SET " + ", ".join(sets),
-                    "ConditionExpression": "ep = :ep AND dv = :dv AND attribute_not_exists(dl)",
+                    "ConditionExpression": "ep = :ep AND dv = :dv AND st = :st"
+                    " AND attribute_not_exists(dl)",
                     "ExpressionAttributeValues": values,
                 }
             }
@@ -614,21 +628,12 @@ class DynamoLogTailStore:
         log_pk = f"{d.topic}#{d.epoch}"
         for fd in d.frames:
             items.append(
-                {
-                    "Update": {
-                        "TableName": self._log_table,
-                        "Key": {"pk": _s(log_pk), "sk": _n(fd.frame_last_seq)},
-                        "UpdateExpression": "ADD dx :seqs SET dn = dn + :k, dz = dz + :b",
-                        "ConditionExpression": "dn = :exp",
-                        "ExpressionAttributeValues": {
-                            ":seqs": {"NS": [str(s) for s in fd.seqs]},
-                            ":k": _n(len(fd.seqs)),
-                            ":b": _n(fd.bytes),
-                            ":exp": _n(fd.expected_deleted_count),
-                        },
-                    }
-                }
+                _delete_marks(self._log_table, {"pk": _s(log_pk), "sk": _n(fd.frame_last_seq)}, fd)
             )
+        seg_pk = segment_pk(d.topic, d.epoch)
+        for fd in d.segments:
+            key = {"pk": _s(seg_pk), "sk": _s(segment_sk(fd.frame_last_seq))}
+            items.append(_delete_marks(self._index_table, key, fd))
         try:
             self._ddb.transact_write_items(TransactItems=items)
         except ClientError as exc:
@@ -636,3 +641,109 @@ class DynamoLogTailStore:
                 return False
             raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
         return True
+
+    # --- tiering ------------------------------------------------------------------------
+    def frame_summaries(
+        self, head: Head, after_seq: int, upto_seq: int, limit: int
+    ) -> list[FrameSummary]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._log_table,
+            "KeyConditionExpression": "pk = :pk AND sk > :lo",
+            "ExpressionAttributeValues": {":pk": _s(head.log_key), ":lo": _n(after_seq)},
+            "ProjectionExpression": "sk, fs, ts, sz, dn, dz, s3",
+            "ConsistentRead": True,
+        }
+        out: list[FrameSummary] = []
+        while len(out) < limit:
+            kwargs["Limit"] = min(1000, limit - len(out))
+            resp = _call(self._ddb.query, **kwargs)
+            for it in resp.get("Items", []):
+                if _i(it, "fs") > upto_seq:
+                    return out
+                out.append(
+                    FrameSummary(
+                        first_seq=_i(it, "fs"),
+                        last_seq=_i(it, "sk"),
+                        ts=_i(it, "ts"),
+                        bytes=_i(it, "sz"),
+                        deleted_count=_i(it, "dn"),
+                        deleted_bytes=_i(it, "dz"),
+                        spill_key=it["s3"]["S"] if "s3" in it else None,
+                    )
+                )
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                break
+            kwargs["ExclusiveStartKey"] = lek
+        return out
+
+    def delete_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> None:
+        keys = [{"pk": _s(head.log_key), "sk": _n(s)} for s in frame_last_seqs]
+        batch_delete(self._ddb, self._log_table, keys)
+
+    def commit_evict(self, c: EvictCommit) -> bool:
+        h = c.head
+        values: dict[str, Any] = {
+            ":es": _n(c.new_earliest),
+            ":ef": _n(c.new_floor),
+            ":dc": _n(c.count_delta),
+            ":db": _n(c.bytes_delta),
+            ":du": _n(c.unsealed_bytes_delta),
+            ":ep": _n(h.epoch),
+            ":dv": _n(h.del_ver),
+            ":oes": _n(h.earliest_seq),
+            ":st": _n(h.sealed_through),
+        }
+        sets = "es = :es, ef = :ef, cnt = cnt - :dc, byt = byt - :db, ub = ub - :du"
+        if c.evictions:
+            sets += ", ev = :ev"
+            values[":ev"] = _s(encode_evictions(c.evictions))
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._heads_table,
+            Key={"pk": _s(h.topic)},
+            UpdateExpression="SET " + sets,
+            ConditionExpression="ep = :ep AND dv = :dv AND es = :oes AND st = :st"
+            " AND attribute_not_exists(dl)",
+            ExpressionAttributeValues=values,
+        )
+
+    def set_trimmed(self, head: Head, trimmed_through: int) -> bool:
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._heads_table,
+            Key={"pk": _s(head.topic)},
+            UpdateExpression="SET tt = :tt",
+            ConditionExpression="ep = :ep AND tt = :old AND attribute_not_exists(dl)",
+            ExpressionAttributeValues={
+                ":tt": _n(trimmed_through),
+                ":old": _n(head.trimmed_through),
+                ":ep": _n(head.epoch),
+            },
+        )
+
+
+def _delete_marks(table: str, key: dict[str, Any], fd: FrameDelete) -> dict[str, Any]:
+    """Mark seqs deleted inside a frame or segment item, conditional on its delete count."""
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": key,
+            "UpdateExpression": "ADD dx :seqs SET dn = dn + :k, dz = dz + :b",
+            "ConditionExpression": "dn = :exp",
+            "ExpressionAttributeValues": {
+                ":seqs": {"NS": [str(s) for s in fd.seqs]},
+                ":k": _n(len(fd.seqs)),
+                ":b": _n(fd.bytes),
+                ":exp": _n(fd.expected_deleted_count),
+            },
+        }
+    }
+
+
+def segment_pk(topic: str, epoch: int) -> str:
+    return f"g#{topic}#{epoch}"
+
+
+def segment_sk(last_seq: int) -> str:
+    return f"{last_seq:020d}"

@@ -29,6 +29,15 @@ class Head:
     del_ver: int = 0
     tag_pending: dict[int, int] = field(default_factory=dict)  # frame last_seq -> first_seq
     deleted: bool = False
+    # Tiering (docs/storage.md "Tiering"): seqs <= sealed_through live in S3 segments; tail
+    # frames <= trimmed_through are gone from DynamoDB; unsealed_bytes drives sealing.
+    sealed_through: int = 0
+    trimmed_through: int = 0
+    unsealed_bytes: int = 0
+    # Why seqs below evict_floor were lost: ascending runs (last seq of the run, reason).
+    evictions: tuple[tuple[int, str], ...] = ()
+    # The previous incarnation's head_seq (deleted marker, then the recreated head).
+    prev_head_seq: int = 0
 
     @property
     def log_key(self) -> str:
@@ -80,6 +89,7 @@ class AppendCommit:
     idem: list[IdemEntry]
     max_count: int | None = None  # discard:"reject" caps: head count must stay <= this
     max_bytes: int | None = None
+    expires_s: int | None = None  # DynamoDB TTL of the frame item (lossy durability classes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,9 @@ class FrameDelete:
 
 @dataclass(slots=True)
 class DeleteCommit:
+    """Record deletes: `frames` are tail frames, `segments` sealed segments (keyed by their
+    last seq); conditional on the head's delete version and sealed_through."""
+
     topic: str
     epoch: int
     expected_del_ver: int
@@ -99,6 +112,63 @@ class DeleteCommit:
     count_delta: int
     bytes_delta: int
     new_earliest: int | None
+    expected_sealed: int = 0
+    segments: list[FrameDelete] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSummary:
+    """A tail frame without its records (a projected Query)."""
+
+    first_seq: int
+    last_seq: int
+    ts: int
+    bytes: int
+    deleted_count: int
+    deleted_bytes: int
+    spill_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentItem:
+    """A sealed segment as recorded in DynamoDB: where the object is, its encoded block index
+    (segment.encode_index), its counters, and the seqs deleted since (S3 objects are
+    immutable, so record deletes of sealed seqs live here)."""
+
+    first_seq: int
+    last_seq: int
+    key: str
+    index: bytes
+    count: int
+    bytes: int
+    min_ts: int
+    max_ts: int
+    created_ms: int
+    deleted: frozenset[int] = frozenset()
+    deleted_count: int = 0
+    deleted_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SealCommit:
+    """Record a segment and move sealed_through, if nothing moved since the frames were read."""
+
+    head: Head
+    segment: SegmentItem
+    sealed_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class EvictCommit:
+    """Move the floors past evicted/expired units (conditional on the head as read)."""
+
+    head: Head
+    new_earliest: int
+    new_floor: int
+    count_delta: int
+    bytes_delta: int
+    unsealed_bytes_delta: int
+    evictions: tuple[tuple[int, str], ...]
 
 
 class AppendRejected(Exception):
@@ -143,11 +213,25 @@ class LogTailStore(Protocol):
     def tag_lookup(self, head: Head, tag: str, prefix: bool) -> list[TagEntry]: ...
     def write_tag_entries(self, head: Head, entries: Sequence[TagEntry]) -> None: ...
     def commit_delete(self, commit: DeleteCommit) -> bool: ...
+    def frame_summaries(
+        self, head: Head, after_seq: int, upto_seq: int, limit: int
+    ) -> list[FrameSummary]: ...  # frames with last_seq > after_seq and first_seq <= upto_seq
+    def delete_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> None: ...
+    def commit_evict(self, commit: EvictCommit) -> bool: ...
+    def set_trimmed(self, head: Head, trimmed_through: int) -> bool: ...
+
+
+class SegmentStore(Protocol):
+    def after(self, head: Head, after_seq: int, limit: int) -> list[SegmentItem]: ...
+    def commit_seal(self, commit: SealCommit) -> bool: ...
+    def delete_items(self, head: Head, last_seqs: Sequence[int]) -> None: ...
 
 
 class BlobStore(Protocol):
     def put(self, key: str, body: bytes) -> None: ...
     def get(self, key: str) -> bytes: ...
+    def get_range(self, key: str, start: int, end: int) -> bytes: ...  # bytes [start, end)
+    def find(self, key: str) -> bytes | None: ...  # None when absent
     def delete_many(self, keys: Sequence[str]) -> None: ...
 
 

@@ -101,6 +101,7 @@ LOG = Table(
     logical="log",
     hash_key=PK_S,
     range_key=SK_N,
+    ttl_attribute="ttl",  # frames of the lossy durability classes (ephemeral, memory)
     stream="NEW_IMAGE",
     purpose="log tail frames (records packed per commit, S3 pointer when spilled)",
 )
@@ -111,7 +112,7 @@ INDEX = Table(
     hash_key=PK_S,
     range_key=SK_S,
     ttl_attribute="ttl",
-    purpose="tag index and idempotency keys",
+    purpose="tag index, idempotency keys and sealed segments",
 )
 
 LEASES = Table(

@@ -1,0 +1,345 @@
+"""Upkeep of a topic's storage: retention (cap and TTL eviction), sealing the tail into S3
+segments, trimming sealed frames from DynamoDB, and dropping dead units.
+
+Every step reads the head, does its work, and commits with a write conditional on the head
+as read, so any number of processes may run upkeep on the same topic at once: a loser's
+commit fails and it re-reads (a losing seal deletes the object it wrote). Locally an
+append that crosses a threshold starts upkeep in-process and a timer sweeps every topic;
+on AWS the sealer function runs the same sweep on a schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from headwater.engine.log import LogEngine
+from headwater.engine.quotas import TOTAL_BYTES
+from headwater.engine.records import Frame
+from headwater.engine.retention import is_tiered, merge_runs, over_cap, retention_ms
+from headwater.engine.sealed import StaleHead
+from headwater.engine.segment import encode_index, encode_segment
+from headwater.errors import HeadwaterError
+from headwater.names import object_key_component
+from headwater.settings import Tiering
+from headwater.storage.ports import (
+    EvictCommit,
+    FrameSummary,
+    Head,
+    SealCommit,
+    SegmentItem,
+    SegmentStore,
+)
+from headwater.storage.schema import SEGMENT_PREFIX
+
+log = logging.getLogger(__name__)
+
+# A segment's deleted seqs live in one DynamoDB number set (items are capped at 400 KB).
+SEGMENT_MAX_RECORDS = 8192
+SEGMENT_MAX_BYTES = 16 << 20
+MAX_SEALS_PER_RUN = 64
+MAX_EVICT_UNITS_PER_RUN = 500
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """What eviction drops at once: a sealed segment, or an unsealed tail frame."""
+
+    first_seq: int
+    last_seq: int
+    live: int
+    live_bytes: int
+    max_ts: int
+    segment: SegmentItem | None = None
+    frame: FrameSummary | None = None
+
+
+@dataclass(slots=True)
+class UpkeepReport:
+    topic: str
+    sealed: int = 0  # segments written
+    trimmed_through: int = 0
+    evicted: int = 0  # live records evicted
+    dropped: int = 0  # units removed from storage
+    notes: list[str] = field(default_factory=list)
+
+
+class Upkeep:
+    def __init__(self, log_engine: LogEngine, segments: SegmentStore) -> None:
+        self.log = log_engine
+        self.segments = segments
+
+    @property
+    def tiering(self) -> Tiering:
+        return self.log.settings.tiering
+
+    def run(self, topic: str) -> UpkeepReport:
+        """Evict, collect, seal and trim one topic (blocking storage calls)."""
+        report = UpkeepReport(topic)
+        head = self.log.heads.get(topic)
+        if head is None or head.deleted:
+            return report
+        now = self.log.clock()
+        try:
+            head = self._evict(head, now, report)
+            self._collect(head, report)
+            for _ in range(MAX_SEALS_PER_RUN):
+                sealed = self._seal(head, self.log.clock())
+                if sealed is None:
+                    break
+                head = sealed
+                report.sealed += 1
+            self._trim(head, self.log.clock(), report)
+        except StaleHead:
+            report.notes.append("head moved; the next run continues")
+        if report.sealed or report.evicted or report.dropped:
+            self.log.forget_head(topic)
+        return report
+
+    def sweep(self, deadline: float | None = None) -> list[UpkeepReport]:
+        """Upkeep of every live topic (the local timer and the scheduled sealer)."""
+        reports: list[UpkeepReport] = []
+        after: str | None = None
+        while deadline is None or time.monotonic() < deadline:
+            page = self.log.heads.list_live("", after, 100)
+            for head in page:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return reports
+                try:
+                    reports.append(self.run(head.topic))
+                except HeadwaterError:
+                    log.warning("upkeep of %s failed", head.topic, exc_info=True)
+            if len(page) < 100:
+                break
+            after = page[-1].topic
+        return reports
+
+    async def timer(self, interval_s: float) -> None:
+        """The in-process sealer: a sweep every interval, on a worker thread."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(self.sweep)
+            except Exception:  # storage trouble: the next sweep tries again
+                log.warning("upkeep sweep failed", exc_info=True)
+
+    # --- retention ----------------------------------------------------------------------
+    def _units(self, head: Head) -> Iterator[_Unit]:
+        """Live units from earliest_seq up: sealed segments, then unsealed tail frames."""
+        es = head.earliest_seq
+        after = es - 1
+        while after < head.sealed_through:
+            segs = self.segments.after(head, after, 32)
+            if not segs:
+                break
+            for seg in segs:
+                if seg.first_seq < es:
+                    n, b = self.log._live_between(head, es, seg.last_seq + 1)
+                else:
+                    n, b = seg.count - seg.deleted_count, seg.bytes - seg.deleted_bytes
+                yield _Unit(seg.first_seq, seg.last_seq, n, b, seg.max_ts, segment=seg)
+                after = seg.last_seq
+        after = max(after, head.sealed_through)
+        while after < head.head_seq:
+            summaries = self.log.tail.frame_summaries(head, after, head.head_seq, 256)
+            if not summaries:
+                break
+            for f in summaries:
+                if f.first_seq < es:
+                    n, b = self.log._live_between(head, es, f.last_seq + 1)
+                else:
+                    n = f.last_seq - f.first_seq + 1 - f.deleted_count
+                    b = f.bytes - f.deleted_bytes
+                yield _Unit(f.first_seq, f.last_seq, n, b, f.ts, frame=f)
+                after = f.last_seq
+
+    def _evict(self, head: Head, now: int, report: UpkeepReport) -> Head:
+        """Drop whole units off the front while the rest still meets the cap (discard:
+        "old"), or while they are past the TTL. Lazy and unit-granular (spec §0.10): the
+        topic may exceed its cap by less than one unit."""
+        cfg = head.config
+        ttl = retention_ms(cfg, self.tiering)
+        horizon = now - ttl if ttl else None
+        if not over_cap(head) and horizon is None:
+            return head
+        capped = cfg.get("discard", "old") == "old"
+        cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
+        count, nbytes = head.count, head.bytes
+        drop: list[tuple[_Unit, str]] = []
+        for unit in self._units(head):
+            if capped and (
+                (cap_n and count - unit.live >= cap_n)
+                or (cap_b and nbytes - unit.live_bytes >= cap_b)
+            ):
+                reason = "cap"
+            elif horizon is not None and unit.max_ts < horizon:
+                reason = "ttl"
+            else:
+                break
+            count -= unit.live
+            nbytes -= unit.live_bytes
+            drop.append((unit, reason))
+            if len(drop) >= MAX_EVICT_UNITS_PER_RUN:
+                break
+        if not drop:
+            return head
+        last = drop[-1][0].last_seq
+        new_es = self.log._first_live(head, last + 1)
+        runs = merge_runs(head.evictions, [(u.last_seq, r) for u, r in drop])
+        unsealed = sum(u.frame.bytes for u, _ in drop if u.frame is not None)
+        commit = EvictCommit(
+            head,
+            new_es,
+            max(head.evict_floor, last + 1),
+            head.count - count,
+            head.bytes - nbytes,
+            unsealed,
+            runs,
+        )
+        if not self.log.tail.commit_evict(commit):
+            report.notes.append("eviction raced another writer")
+            fresh = self.log.heads.get(head.topic)
+            if fresh is None or fresh.deleted:
+                raise StaleHead
+            return fresh
+        self.log.quota_release(TOTAL_BYTES, head.bytes - nbytes)
+        report.evicted += head.count - count
+        self._drop(head, [u for u, _ in drop], report)
+        return dataclasses.replace(
+            head,
+            earliest_seq=new_es,
+            evict_floor=commit.new_floor,
+            count=count,
+            bytes=nbytes,
+            evictions=runs,
+            unsealed_bytes=max(0, head.unsealed_bytes - unsealed),
+        )
+
+    def _drop(self, head: Head, units: list[_Unit], report: UpkeepReport) -> None:
+        """Remove units below the floor from storage: items first, then objects, so a
+        reader never finds an item whose object is gone for good."""
+        segs = [u.segment for u in units if u.segment is not None]
+        frames = [u.frame for u in units if u.frame is not None]
+        if segs:
+            self.segments.delete_items(head, [s.last_seq for s in segs])
+            self.log.blobs.delete_many([s.key for s in segs])
+        if frames:
+            self.log.tail.delete_frames(head, [f.last_seq for f in frames])
+            spilled = [f.spill_key for f in frames if f.spill_key]
+            if spilled:
+                self.log.blobs.delete_many(spilled)
+        report.dropped += len(segs) + len(frames)
+
+    def _collect(self, head: Head, report: UpkeepReport) -> None:
+        """Drop units that hold nothing live: wholly below earliest_seq (after a prefix
+        delete or an interrupted eviction), or segments whose every record was deleted."""
+        dead: list[_Unit] = []
+        for seg in self.segments.after(head, 0, 64):
+            if seg.last_seq < head.earliest_seq or seg.deleted_count >= seg.count:
+                dead.append(_Unit(seg.first_seq, seg.last_seq, 0, 0, seg.max_ts, segment=seg))
+        below = self.log.tail.frame_summaries(head, 0, head.earliest_seq - 1, 1000)
+        for f in below:
+            if f.last_seq < head.earliest_seq:
+                dead.append(_Unit(f.first_seq, f.last_seq, 0, 0, f.ts, frame=f))
+        if dead:
+            self._drop(head, dead, report)
+
+    # --- sealing ------------------------------------------------------------------------
+    def _seal(self, head: Head, now: int) -> Head | None:
+        """Seal the oldest unsealed frames into one segment if a threshold is reached: the
+        new head, or None when there is nothing (more) to seal or another process won."""
+        t = self.tiering
+        if not is_tiered(head):
+            return None
+        start = max(head.sealed_through, head.earliest_seq - 1)
+        limit = head.head_seq
+        pending = [first for first in head.tag_pending.values() if first >= head.earliest_seq]
+        if pending:  # frames whose tag entries are not written yet stay in the tail
+            limit = min(limit, min(pending) - 1)
+        if limit <= start:
+            return None
+        frames = [
+            f
+            for f in self.log.tail.read_frames(head, start, limit, SEGMENT_MAX_RECORDS)
+            if f.last_seq <= limit
+        ]
+        if not frames:
+            return None
+        if frames[0].first_seq > start + 1 and start + 1 >= head.earliest_seq:
+            raise StaleHead
+        chosen: list[Frame] = []
+        n = nbytes = 0
+        for f in frames:
+            if chosen and (
+                n + len(f.records) > SEGMENT_MAX_RECORDS
+                or nbytes + f.payload_bytes > SEGMENT_MAX_BYTES
+            ):
+                break
+            chosen.append(f)
+            n += len(f.records)
+            nbytes += f.payload_bytes
+        due = (
+            limit - start >= t.seal_records
+            or head.unsealed_bytes >= t.seal_bytes
+            or chosen[0].ts <= now - t.seal_age_ms
+        )
+        if not due:
+            return None
+        records = [r for f in chosen for r in f.records]
+        blob, info = encode_segment(head.topic, head.epoch, records, block_bytes=t.block_bytes)
+        first, last = chosen[0].first_seq, chosen[-1].last_seq
+        key = (
+            f"{SEGMENT_PREFIX}{object_key_component(head.topic)}/{head.epoch}/"
+            f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:8]}"
+        )
+        deleted = frozenset(s for f in chosen for s in f.deleted)
+        item = SegmentItem(
+            first_seq=first,
+            last_seq=last,
+            key=key,
+            index=encode_index(info),
+            count=len(records),
+            bytes=info.payload_bytes,
+            min_ts=info.min_ts,
+            max_ts=info.max_ts,
+            created_ms=now,
+            deleted=deleted,
+            deleted_count=sum(f.deleted_count for f in chosen),
+            deleted_bytes=sum(f.deleted_bytes for f in chosen),
+        )
+        self.log.blobs.put(key, blob)
+        if not self.segments.commit_seal(SealCommit(head, item, nbytes)):
+            self.log.blobs.delete_many([key])
+            return None
+        return dataclasses.replace(
+            head, sealed_through=last, unsealed_bytes=max(0, head.unsealed_bytes - nbytes)
+        )
+
+    def _trim(self, head: Head, now: int, report: UpkeepReport) -> None:
+        """Delete tail frames sealed more than the grace period ago (readers that read the
+        head before the seal still find them meanwhile)."""
+        if head.trimmed_through >= head.sealed_through:
+            return
+        through = head.trimmed_through
+        for seg in self.segments.after(head, head.trimmed_through, 64):
+            if seg.last_seq > head.sealed_through or seg.created_ms + self.tiering.grace_ms > now:
+                break
+            through = seg.last_seq
+        if through == head.trimmed_through:
+            return
+        gone = [
+            f
+            for f in self.log.tail.frame_summaries(head, head.trimmed_through, through, 1 << 30)
+            if f.last_seq <= through
+        ]
+        if gone:
+            self.log.tail.delete_frames(head, [f.last_seq for f in gone])
+            spilled = [f.spill_key for f in gone if f.spill_key]
+            if spilled:
+                self.log.blobs.delete_many(spilled)
+        if self.log.tail.set_trimmed(head, through):
+            report.trimmed_through = through

@@ -779,3 +779,29 @@ def test_without_the_denial_extension_a_bad_bearer_is_closed_with_1008(
     principal = asyncio.run(attempt(b"token=ro"))
     assert principal is not None and principal.scopes == frozenset({"read"})
     assert len(sent) == 1
+
+
+def test_records_evicted_under_the_cursor_arrive_as_one_tombstone(client: TestClient) -> None:
+    put_topic(client, "capped", {"cap_records": 3})
+    append_data(client, "capped", *range(3))
+    append_data(client, "capped", *range(3, 6))
+    client.app.state.services.get().upkeep.run("capped")  # type: ignore[attr-defined]
+    with client.websocket_connect("/v0/ws") as ws:
+        request(ws, op="subscribe", request_id="s", topic="capped", from_seq=0)
+        frames = until(ws, lambda f: f["op"] == "caught_up")
+        assert frames[0] == {
+            "op": "tombstone",
+            "topic": "capped",
+            "reason": "cap",
+            "gap_from": 1,
+            "gap_to": 3,
+            "missed_estimate": 3,
+            "earliest_seq": 4,
+            "head_seq": 6,
+        }
+        assert [r["$seq"] for r in records(frames)] == [4, 5, 6]
+    with client.websocket_connect("/v0/ws") as ws:
+        # A resume below the floor is reported once, as from_seq_too_old.
+        request(ws, op="subscribe", request_id="s", topic="capped", from_seq=1)
+        frames = until(ws, lambda f: f["op"] == "caught_up")
+        assert [f.get("reason") for f in frames if f["op"] == "tombstone"] == ["from_seq_too_old"]

@@ -30,8 +30,10 @@ IDLE_EXIT_S = 5.0  # the hub's task ends after this long with nothing watched
 MAX_KEYS = 100  # BatchGetItem
 
 
-def _order(h: Head) -> tuple[int, int, int, int]:
-    return (h.epoch, int(h.deleted), h.head_seq, h.del_ver)
+def _order(h: Head) -> tuple[int, int, int, int, int, int]:
+    # Every field here only grows within an epoch: sealing moves sealed_through, eviction
+    # earliest_seq, and a newer head must replace what readers start from.
+    return (h.epoch, int(h.deleted), h.head_seq, h.del_ver, h.sealed_through, h.earliest_seq)
 
 
 @dataclass(slots=True)

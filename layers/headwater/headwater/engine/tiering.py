@@ -77,16 +77,18 @@ class Upkeep:
     def tiering(self) -> Tiering:
         return self.log.settings.tiering
 
-    def run(self, topic: str) -> UpkeepReport:
-        """Evict, collect, seal and trim one topic (blocking storage calls)."""
+    def run(self, topic: str, head: Head | None = None) -> UpkeepReport:
+        """Evict, collect, seal and trim one topic (blocking storage calls). `head`: one
+        just read strongly (the sweep's listing), to save the read."""
         report = UpkeepReport(topic)
-        head = self.log.heads.get(topic)
+        head = head or self.log.heads.get(topic)
         if head is None or head.deleted:
             return report
         now = self.log.clock()
         try:
             head = self._evict(head, now, report)
-            self._collect(head, report)
+            if report.evicted or head.del_ver > 0:
+                self._collect(head, report)
             for _ in range(MAX_SEALS_PER_RUN):
                 sealed = self._seal(head, self.log.clock())
                 if sealed is None:
@@ -109,14 +111,28 @@ class Upkeep:
             for head in page:
                 if deadline is not None and time.monotonic() >= deadline:
                     return reports
+                if not self.wanted(head):
+                    continue
                 try:
-                    reports.append(self.run(head.topic))
+                    reports.append(self.run(head.topic, head))
                 except HeadwaterError:
                     log.warning("upkeep of %s failed", head.topic, exc_info=True)
             if len(page) < 100:
                 break
             after = page[-1].topic
         return reports
+
+    def wanted(self, head: Head) -> bool:
+        """Could upkeep do anything for this topic? Decided from the head alone, so a sweep
+        over idle topics costs only the listing."""
+        unsealed = head.head_seq > max(head.sealed_through, head.earliest_seq - 1)
+        return (
+            over_cap(head)
+            or (head.count > 0 and retention_ms(head.config, self.tiering) > 0)
+            or (is_tiered(head) and unsealed)
+            or head.trimmed_through < head.sealed_through
+            or (head.del_ver > 0 and head.earliest_seq > 1)
+        )
 
     async def timer(self, interval_s: float) -> None:
         """The in-process sealer: a sweep every interval, on a worker thread."""
@@ -262,6 +278,11 @@ class Upkeep:
             limit = min(limit, min(pending) - 1)
         if limit <= start:
             return None
+        if limit - start < t.seal_records and head.unsealed_bytes < t.seal_bytes:
+            # Only the age rule can apply: one projected Query for the oldest frame's ts.
+            oldest = self.log.tail.frame_summaries(head, start, limit, 1)
+            if not oldest or oldest[0].ts > now - t.seal_age_ms:
+                return None
         frames = [
             f
             for f in self.log.tail.read_frames(head, start, limit, SEGMENT_MAX_RECORDS)

@@ -7,8 +7,9 @@ bench_v0 runs against moto (the `make run` emulator) and, when Java and the npm
 too: moto's TransactWriteItems copies whole tables, so its append figures measure moto.
 bench_live (watch sessions over SSE: delivery latency in one and across two server
 processes, 1,000-subscriber fan-out, idle cost per connection) and bench_queue (work-queue
-claim + ack throughput with 1, 8 and 32 workers, every job checked acked exactly once) run
-on moto only.
+claim + ack throughput with 1, 8 and 32 workers, every job checked acked exactly once) and
+bench_tiering (reads of sealed history from S3 segments, a 1,000,000-record log read end to
+end, 1 MB records, the cost of sealing and of ingest + one delivery) run on moto only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import bench_live, bench_queue, bench_v0
+from bench import bench_live, bench_queue, bench_tiering, bench_v0
 
 
 def _ddblocal_available() -> bool:
@@ -72,6 +73,19 @@ def main(argv: list[str] | None = None) -> int:
         ]
         # A run whose jobs were lost or acked twice counts as failed (harness errors).
         errors += sum(s["errors"] for s in queue["workloads"])
+        print("\n######## bench tiering (sealed history, long log, 1 MB records) on moto")
+        tiering = bench_tiering.main(forwarded)
+        missed += [
+            f"{s['workload']['name']}@tiering"
+            for s in tiering["workloads"]
+            if s.get("target") and not s["target"]["met"]
+        ]
+        missed += [
+            f"ingest+delivery-b{r['batch']}@tiering"
+            for r in tiering["delivery_cost"]["rows"]
+            if not r["met"]
+        ]
+        errors += sum(s["errors"] for s in tiering["workloads"])
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
 
 import pytest
-from api_helpers import MakeClient, append_data, diff, path, put_topic, read_all, seqs_of
+from api_helpers import MakeClient, append_data, diff, path, put_topic, read_all, seqs_of, state
 from starlette.testclient import TestClient
 from test_tiering import EAGER, segment_keys, services, tail_frames
 
@@ -22,11 +21,6 @@ pytestmark = pytest.mark.api
 def one_by_one(client: TestClient, topic: str, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         append_data(client, topic, {"i": i})
-
-
-def state(client: TestClient, topic: str) -> dict[str, Any]:
-    body: dict[str, Any] = client.get(path(topic)).json()
-    return body
 
 
 def test_cap_records_evicts_whole_units_and_tombstones_the_gap(make_client: MakeClient) -> None:

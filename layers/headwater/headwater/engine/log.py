@@ -743,7 +743,7 @@ class LogEngine:
     ) -> Tombstone | None:
         if tomb is not None or not reasons:
             return tomb
-        earliest = max(floor, head.first_live_seq) if head.count else max(floor, head.head_seq + 1)
+        earliest = max(floor, head.first_live_seq)
         return Tombstone(
             from_seq + 1,
             earliest - 1,

@@ -243,12 +243,16 @@ class Upkeep:
         if segs:
             self.segments.delete_items(head, [s.last_seq for s in segs])
             self.log.blobs.delete_many([s.key for s in segs])
+        self._delete_frames(head, frames)
+        report.dropped += len(segs) + len(frames)
+
+    def _delete_frames(self, head: Head, frames: list[FrameSummary]) -> None:
+        """Tail frame items, then the S3 objects of those that were spilled."""
         if frames:
             self.log.tail.delete_frames(head, [f.last_seq for f in frames])
             spilled = [f.spill_key for f in frames if f.spill_key]
             if spilled:
                 self.log.blobs.delete_many(spilled)
-        report.dropped += len(segs) + len(frames)
 
     def _collect(self, head: Head, report: UpkeepReport) -> None:
         """Drop units that hold nothing live: wholly below earliest_seq (after a prefix
@@ -357,10 +361,6 @@ class Upkeep:
             for f in self.log.tail.frame_summaries(head, head.trimmed_through, through, 1 << 30)
             if f.last_seq <= through
         ]
-        if gone:
-            self.log.tail.delete_frames(head, [f.last_seq for f in gone])
-            spilled = [f.spill_key for f in gone if f.spill_key]
-            if spilled:
-                self.log.blobs.delete_many(spilled)
+        self._delete_frames(head, gone)
         if self.log.tail.set_trimmed(head, through):
             report.trimmed_through = through

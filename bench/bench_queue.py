@@ -52,6 +52,7 @@ from bench.harness import (
     RunResult,
     Target,
     Workload,
+    barrier_main,
     format_table,
     machine_cpu_seconds,
     machine_info,
@@ -94,13 +95,7 @@ def specs(max_claim: int, servers: int = 2) -> list[Spec]:
 
 # --- workers (run in spawned client processes) ----------------------------------------------
 def worker_process(spec: dict[str, Any], ready: Any, go: Any, out: Any) -> None:
-    try:
-        out.put(asyncio.run(_worker_main(spec, ready, go)))
-    except BaseException as exc:  # the parent must not hang on a barrier
-        ready.abort()
-        go.abort()
-        out.put({"error": repr(exc)})
-        raise
+    barrier_main(_worker_main, spec, ready, go, out)
 
 
 async def _worker_main(spec: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]:

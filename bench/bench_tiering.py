@@ -72,6 +72,7 @@ from bench.harness import (
     RunResult,
     Target,
     Workload,
+    barrier_main,
     format_table,
     machine_info,
     report,
@@ -145,13 +146,7 @@ def _body(kind: str, batch: int, seed: int) -> bytes:
 
 
 def load_process(spec: dict[str, Any], ready: Any, go: Any, out: Any) -> None:
-    try:
-        out.put(asyncio.run(_load_main(spec, ready, go)))
-    except BaseException as exc:  # the parent must not hang on a barrier
-        ready.abort()
-        go.abort()
-        out.put({"error": repr(exc)})
-        raise
+    barrier_main(_load_main, spec, ready, go, out)
 
 
 async def _load_main(spec: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from bench.harness import (
     RunResult,
     Target,
     Workload,
+    barrier_main,
     machine_info,
     report,
     run_processes,
@@ -147,13 +148,7 @@ class HttpxPoster:
 
 
 def client_process(spec: dict[str, Any], ready: Any, go: Any, out: Any) -> None:
-    try:
-        out.put(asyncio.run(_client_main(spec, ready, go)))
-    except BaseException as exc:  # the parent must not hang on a barrier
-        ready.abort()
-        go.abort()
-        out.put({"error": repr(exc)})
-        raise
+    barrier_main(_client_main, spec, ready, go, out)
 
 
 async def _client_main(spec: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]:

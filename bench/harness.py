@@ -25,6 +25,7 @@ Cost method (stated once, here):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -576,6 +577,25 @@ def report(summaries: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -
         format_table(["workload", "API", "calls/op", "req B/op", "resp B/op", "WRU", "RRU"], crow)
     )
     return "\n".join(out)
+
+
+def barrier_main(
+    main: Callable[[dict[str, Any], Any, Any], Any],
+    spec: dict[str, Any],
+    ready: Any,
+    go: Any,
+    out: Any,
+) -> None:
+    """The body of a load-generating process: run `main(spec, ready, go)` (a coroutine
+    function) and put its result on `out`; on any failure abort both barriers first, so the
+    parent never hangs on them, and report the error."""
+    try:
+        out.put(asyncio.run(main(spec, ready, go)))
+    except BaseException as exc:
+        ready.abort()
+        go.abort()
+        out.put({"error": repr(exc)})
+        raise
 
 
 def run_processes(

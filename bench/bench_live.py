@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.bench_v0 import RESULTS, Emulators, RawHttp, fresh_servers, git_state
+from bench.bench_v0 import RESULTS, Emulators, RawHttp, fresh_servers
 from bench.harness import (
     LAMBDA_MEMORY_GB,
     PRICES,
@@ -65,6 +65,7 @@ from bench.harness import (
     median,
     process_cpu_seconds,
     report,
+    result_header,
     run_workload,
     write_results,
 )
@@ -804,7 +805,7 @@ def live_report(summaries: Sequence[Mapping[str, Any]]) -> str:
 MEASUREMENTS = ("live-1proc", "live-2proc", "fanout", "idle")
 
 
-def run(p: Params, backend: str, out_path: Path, command: str) -> dict[str, Any]:
+def run(p: Params, backend: str, out_path: Path, argv: list[str] | None) -> dict[str, Any]:
     poll_ms = _poll_env(p.poll_ms)[1]
     fanout_poll_ms = _poll_env(p.fanout_poll_ms)[1]
     machine = machine_info()
@@ -835,11 +836,7 @@ def run(p: Params, backend: str, out_path: Path, command: str) -> dict[str, Any]
         print("\n" + report(delivery, machine))
     print("\n" + live_report(summaries))
     result = {
-        "benchmark": "live",
-        "command": command,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git": git_state(),
-        "machine": machine,
+        **result_header("live", argv, machine),
         "settings": {
             "backend": backend,
             "runs": p.runs,
@@ -908,8 +905,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     suffix = "" if args.backend == "moto" else f"-{args.backend}"
     out_path = Path(args.out or RESULTS / f"latest-live{suffix}.json")
-    command = "python -m bench.bench_live " + " ".join(argv if argv is not None else sys.argv[1:])
-    return run(p, args.backend, out_path, command)
+    return run(p, args.backend, out_path, argv)
 
 
 if __name__ == "__main__":

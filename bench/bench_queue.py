@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.bench_v0 import RESULTS, BenchServer, Emulators, RawHttp, fresh_servers, git_state
+from bench.bench_v0 import RESULTS, BenchServer, Emulators, RawHttp, fresh_servers
 from bench.harness import (
     PRICES,
     RemoteCallCounter,
@@ -60,6 +60,7 @@ from bench.harness import (
     percentile,
     process_cpu_seconds,
     report,
+    result_header,
     run_processes,
     summarize,
     write_results,
@@ -552,12 +553,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("\n" + report(summaries, machine))
     print("\n" + queue_report(summaries))
     result = {
-        "benchmark": "queue",
-        "command": "python -m bench.bench_queue "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git": git_state(),
-        "machine": machine,
+        **result_header("queue", argv, machine),
         "settings": {
             "backend": "moto",
             "runs": p.runs,

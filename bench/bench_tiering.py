@@ -62,7 +62,6 @@ from bench.bench_v0 import (
     _append_runner,
     _gsi,
     append_workload,
-    git_state,
     make_body,
     run_clients,
 )
@@ -76,6 +75,7 @@ from bench.harness import (
     format_table,
     machine_info,
     report,
+    result_header,
     run_processes,
     run_workload,
     write_results,
@@ -541,12 +541,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if delivery["rows"]:
         print("\n" + delivery["text"])
     result = {
-        "benchmark": "tiering",
-        "command": "python -m bench.bench_tiering "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git": git_state(),
-        "machine": machine,
+        **result_header("tiering", argv, machine),
         "settings": {
             "runs": runs,
             "records_1k": n_1k,

@@ -49,6 +49,7 @@ from bench.harness import (
     barrier_main,
     machine_info,
     report,
+    result_header,
     run_processes,
     run_workload,
     write_results,
@@ -392,17 +393,6 @@ def append_workload(
     )
 
 
-def git_state() -> dict[str, Any]:
-    def git(*a: str) -> str:
-        r = subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, timeout=10)
-        return r.stdout.strip()
-
-    try:
-        return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": bool(git("status", "-s"))}
-    except (OSError, subprocess.SubprocessError):
-        return {}
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short smoke run (1 run, 3 s each)")
@@ -502,12 +492,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("\n" + text)
     _delivery_note(summaries)
     result = {
-        "benchmark": "v0",
-        "command": "python -m bench.bench_v0 "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git": git_state(),
-        "machine": machine,
+        **result_header("v0", argv, machine),
         "settings": {
             "backend": args.backend,
             "client": args.client,

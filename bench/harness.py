@@ -34,6 +34,7 @@ import os
 import platform
 import queue
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -577,6 +578,37 @@ def report(summaries: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -
         format_table(["workload", "API", "calls/op", "req B/op", "resp B/op", "WRU", "RRU"], crow)
     )
     return "\n".join(out)
+
+
+def git_state() -> dict[str, Any]:
+    def git(*a: str) -> str:
+        r = subprocess.run(
+            ["git", *a],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return r.stdout.strip()
+
+    try:
+        return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": bool(git("status", "-s"))}
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def result_header(
+    name: str, argv: Sequence[str] | None, machine: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The fields every results file starts with: what ran, when, on which commit and box."""
+    return {
+        "benchmark": name,
+        "command": f"python -m bench.bench_{name} "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git": git_state(),
+        "machine": machine,
+    }
 
 
 def barrier_main(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from bench import bench_live, bench_queue, bench_tiering, bench_v0
 
@@ -29,6 +30,19 @@ def _ddblocal_available() -> bool:
     except Exception:
         return False
     return True
+
+
+def missed_targets(result: dict[str, Any], where: str) -> list[str]:
+    return [
+        f"{s['workload']['name']}@{where}"
+        for s in result["workloads"]
+        if s.get("target") and not s["target"]["met"]
+    ]
+
+
+def failed_requests(result: dict[str, Any]) -> int:
+    # For the queue bench, a run whose jobs were lost or acked twice counts here too.
+    return sum(s["errors"] for s in result["workloads"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,43 +63,26 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"\n######## bench v0 on {backend}")
         result = bench_v0.main([*forwarded, "--backend", backend])
-        missed += [
-            f"{s['workload']['name']}@{backend}"
-            for s in result["workloads"]
-            if s.get("target") and not s["target"]["met"]
-        ]
-        errors += sum(s["errors"] for s in result["workloads"])
+        missed += missed_targets(result, backend)
+        errors += failed_requests(result)
     if "moto" in backends:
         print("\n######## bench live (watch sessions over SSE) on moto")
         live = bench_live.main(forwarded)
-        missed += [
-            f"{s['workload']['name']}@live"
-            for s in live["workloads"]
-            if s.get("target") and not s["target"]["met"]
-        ]
-        errors += sum(s["errors"] for s in live["workloads"])
+        missed += missed_targets(live, "live")
+        errors += failed_requests(live)
         print("\n######## bench queue (claim + ack) on moto")
         queue = bench_queue.main(forwarded)
-        missed += [
-            f"{s['workload']['name']}@queue"
-            for s in queue["workloads"]
-            if s.get("target") and not s["target"]["met"]
-        ]
-        # A run whose jobs were lost or acked twice counts as failed (harness errors).
-        errors += sum(s["errors"] for s in queue["workloads"])
+        missed += missed_targets(queue, "queue")
+        errors += failed_requests(queue)
         print("\n######## bench tiering (sealed history, long log, 1 MB records) on moto")
         tiering = bench_tiering.main(forwarded)
-        missed += [
-            f"{s['workload']['name']}@tiering"
-            for s in tiering["workloads"]
-            if s.get("target") and not s["target"]["met"]
-        ]
+        missed += missed_targets(tiering, "tiering")
         missed += [
             f"ingest+delivery-b{r['batch']}@tiering"
             for r in tiering["delivery_cost"]["rows"]
             if not r["met"]
         ]
-        errors += sum(s["errors"] for s in tiering["workloads"])
+        errors += failed_requests(tiering)
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -715,7 +715,7 @@ class LogEngine:
         if start >= head.head_seq:
             view = self._tombstoned(head, tomb, reasons, req.from_seq, missed, head.earliest_seq)
             return DiffResult([], max(start, head.head_seq), head, 0, view)
-        frames = self._frames_after(head, start, req.limit)
+        frames = self._frames_after(head, start, req.limit, req.max_bytes)
         floor = head.earliest_seq
         horizon = self._horizon(head)
         if horizon is not None and self._expired_prefix(head, frames, start, horizon):
@@ -723,7 +723,11 @@ class LogEngine:
             reasons.add("ttl")
             missed += skipped
             start = floor - 1
-            frames = self._frames_after(head, start, req.limit) if start < head.head_seq else []
+            frames = (
+                self._frames_after(head, start, req.limit, req.max_bytes)
+                if start < head.head_seq
+                else []
+            )
         result = self._diff_frames(head, req, start, frames)
         view = self._tombstoned(head, tomb, reasons, req.from_seq, missed, floor)
         if view is None:
@@ -871,26 +875,31 @@ class LogEngine:
             last_examined = frames[-1].last_seq  # the rest of the last frame was a seq gap
         return DiffResult(out, last_examined, head, scanned)
 
-    def _frames_after(self, head: Head, start: int, want: int) -> list[Frame]:
+    def _frames_after(self, head: Head, start: int, want: int, max_bytes: int = 0) -> list[Frame]:
         """Frames (sealed blocks, then tail frames) holding the records after `start`: at
-        least `want` records' worth unless the log ends first."""
+        least `want` records' worth, or `max_bytes` payload bytes (0: no byte budget),
+        unless the log ends first."""
         out: list[Frame] = []
         if start < head.sealed_through:
             if self.sealed is None:
                 raise StorageUnavailable("this process cannot read sealed history")
-            out = self.sealed.frames(head, start, want)
+            out = self.sealed.frames(head, start, want, max_bytes)
             covered = out[-1].last_seq if out else start
-            if covered < head.sealed_through and covered - start >= want:
+            got = sum(f.payload_bytes for f in out)
+            if covered < head.sealed_through and (covered - start >= want or 0 < max_bytes <= got):
                 return out
             want -= max(0, covered - start)
+            max_bytes = max(1, max_bytes - got) if max_bytes else 0
             start = max(covered, head.sealed_through)
             if want <= 0 or start >= head.head_seq:
                 return out
         frames = self.cache.run(head.log_key, start, head.del_ver)
         covered = frames[-1].last_seq if frames else start
         have = covered - start
-        if covered < head.head_seq and have < want:
-            fetched = self.tail.read_frames(head, covered, head.head_seq, want - have)
+        cached = sum(f.payload_bytes for f in frames)
+        if covered < head.head_seq and have < want and not 0 < max_bytes <= cached:
+            budget = max(1, max_bytes - cached) if max_bytes else 0
+            fetched = self.tail.read_frames(head, covered, head.head_seq, want - have, budget)
             if not fetched or fetched[0].first_seq > covered + 1:
                 raise StaleHead
             for f in fetched:

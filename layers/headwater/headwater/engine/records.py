@@ -16,7 +16,7 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from headwater import jsoncodec
 
@@ -58,8 +58,10 @@ class NewRecord:
         return self.meta_raw if self.meta_raw is not None else jsoncodec.dumps(self.meta)
 
 
-@dataclass(frozen=True, slots=True)
-class StoredRecord:
+class StoredRecord(NamedTuple):
+    """A record as stored. A NamedTuple rather than a frozen dataclass: sealed reads build
+    one per record decoded, and tuple construction is several times cheaper."""
+
     seq: int
     ts: int
     data_raw: bytes
@@ -86,16 +88,16 @@ class StoredRecord:
 
     def render(self, include_tags: bool, include_meta: bool) -> bytes:
         """The record as the JSON object every read surface returns ($-metadata first)."""
-        parts = [b'{"$seq":%d,"$ts":%d' % (self.seq, self.ts)]
-        if self.node_json is not None:
-            parts.append(b',"$node":' + self.node_json)
-        if include_tags and self.tag_json is not None:
-            parts.append(b',"$tag":' + self.tag_json)
-        parts.append(b',"data":' + self.data_raw)
-        if include_meta and self.meta_raw is not None:
-            parts.append(b',"meta":' + self.meta_raw)
-        parts.append(b"}")
-        return b"".join(parts)
+        seq, ts, data, node, tag, meta, _ = self
+        out = b'{"$seq":%d,"$ts":%d' % (seq, ts)
+        if node is not None:
+            out += b',"$node":' + node
+        if include_tags and tag is not None:
+            out += b',"$tag":' + tag
+        out += b',"data":' + data
+        if include_meta and meta is not None:
+            out += b',"meta":' + meta
+        return out + b"}"
 
 
 @dataclass(slots=True)
@@ -185,6 +187,7 @@ def decode_records(blob: bytes, first_seq: int, ts: int) -> list[StoredRecord]:
         raise ValueError(f"unknown frame format {fmt}")
     unpack = _ENTRY.unpack_from
     head = _ENTRY.size
+    new, rec = tuple.__new__, StoredRecord  # NamedTuple.__new__ is a Python-level call
     out: list[StoredRecord] = []
     pos = 0
     seq = first_seq
@@ -206,7 +209,7 @@ def decode_records(blob: bytes, first_seq: int, ts: int) -> list[StoredRecord]:
         if tlen != _NONE:
             tag = body[pos : pos + tlen]
             pos += tlen
-        out.append(StoredRecord(seq, ts, data, node, tag, meta, size))
+        out.append(new(rec, (seq, ts, data, node, tag, meta, size)))
         seq += 1
     if pos != end:
         raise ValueError("truncated frame")

@@ -27,6 +27,7 @@ from headwater.storage.ports import BlobStore, Head, SegmentItem, SegmentStore
 
 # A sequential reader gets up to this many stored bytes of the same segment per GET.
 READ_AHEAD_BYTES = 1 << 20
+READ_AHEAD_X = 4  # ...and up to this many times the records asked for
 _ITEMS_PER_QUERY = 32
 
 
@@ -86,14 +87,17 @@ class SealedReader:
         with self._lock:
             self._known.pop(head.log_key, None)
 
-    def frames(self, head: Head, start: int, want: int) -> list[Frame]:
+    def frames(self, head: Head, start: int, want: int, max_bytes: int = 0) -> list[Frame]:
         """Block frames with records after `start`, up to sealed_through: at least `want`
-        records' worth unless sealed history ends first."""
+        records' worth, or `max_bytes` payload bytes (0: no byte budget), unless sealed
+        history ends first. Read-ahead stops at the byte budget too, so a reader of large
+        records fetches about what one response holds."""
         key = cache_key(head)
         upto = head.sealed_through
         out = self.cache.run(key, start, head.del_ver)
         covered = out[-1].last_seq if out else start
-        while covered < upto and covered - start < want:
+        got = sum(f.payload_bytes for f in out)
+        while covered < upto and covered - start < want and not 0 < max_bytes <= got:
             found = self.segment_after(head, covered)
             if found is None:
                 break
@@ -109,7 +113,11 @@ class SealedReader:
                 chosen.append(b)
                 records += b.records
                 stored += b.length
-                if records >= need and stored >= min(READ_AHEAD_BYTES, 4 * stored / records * need):
+                if records >= need and stored >= min(
+                    READ_AHEAD_BYTES, READ_AHEAD_X * stored / records * need
+                ):
+                    break
+                if 0 < max_bytes <= got + stored:  # stored <= raw: the budget is met
                     break
             for lo, hi, group in byte_ranges(chosen):
                 try:
@@ -140,4 +148,5 @@ class SealedReader:
                     if frame.last_seq > covered:
                         out.append(frame)
                         covered = frame.last_seq
+                        got += frame.payload_bytes
         return out

@@ -310,7 +310,7 @@ def decode_blocks(data: bytes, base_offset: int, blocks: Sequence[BlockRef]) -> 
     unpack = _REC.unpack_from
     head = _REC.size
     none = _NONE
-    rec = StoredRecord
+    new, rec = tuple.__new__, StoredRecord  # NamedTuple.__new__ is a Python-level call
     out: list[StoredRecord] = []
     view = memoryview(data)
     for b in blocks:
@@ -341,7 +341,7 @@ def decode_blocks(data: bytes, base_offset: int, blocks: Sequence[BlockRef]) -> 
                 if tl != none:
                     tag = body[pos : pos + tl]
                     pos += tl
-                out.append(rec(seq, ts, data_raw, node, tag, meta, size))
+                out.append(new(rec, (seq, ts, data_raw, node, tag, meta, size)))
         except struct.error as e:
             raise SegmentFormatError(f"block at offset {b.offset} is truncated") from e
         if (

@@ -481,7 +481,7 @@ class DynamoLogTailStore:
         )
 
     def read_frames(
-        self, head: Head, after_seq: int, upto_seq: int, max_records: int
+        self, head: Head, after_seq: int, upto_seq: int, max_records: int, max_bytes: int = 0
     ) -> list[Frame]:
         if upto_seq <= after_seq:
             return []  # empty range (the query below would fetch the frame keyed after_seq + 1)
@@ -497,13 +497,16 @@ class DynamoLogTailStore:
             "Limit": 8,
         }
         items: list[dict[str, Any]] = []
-        got = 0
-        while got < max_records:
+        got = nbytes = 0
+        full = False  # enough records or bytes: frames past this are not fetched
+        while not full:
             resp = _call(self._ddb.query, **kwargs)
             for item in resp.get("Items", []):
                 items.append(item)
                 got += _i(item, "sk") - max(_i(item, "fs"), after_seq + 1) + 1
-                if got >= max_records:
+                nbytes += _i(item, "sz")
+                full = got >= max_records or 0 < max_bytes <= nbytes
+                if full:
                     break
             lek = resp.get("LastEvaluatedKey")
             if not lek:
@@ -511,7 +514,7 @@ class DynamoLogTailStore:
             kwargs["ExclusiveStartKey"] = lek
             kwargs["Limit"] = min(kwargs["Limit"] * 2, 64)
         frames = self._frames_from_items(items)
-        if got >= max_records or (frames and frames[-1].last_seq >= upto_seq):
+        if full or (frames and frames[-1].last_seq >= upto_seq):
             return frames
         # The frame holding upto_seq may end above it (frames are keyed by their last seq).
         kwargs.pop("ExclusiveStartKey", None)

@@ -70,12 +70,13 @@ build: deps-sam
 # `make run`: start both with the same HEADWATER_EMULATOR_PORT, or pass GLUE_ENDPOINT (the
 # URL `make run` logs as "embedded AWS emulator (moto) on ..."). glue_jobs/README.md.
 GLUE_ENDPOINT ?= $(if $(HEADWATER_EMULATOR_PORT),http://127.0.0.1:$(HEADWATER_EMULATOR_PORT),$(AWS_ENDPOINT_URL))
-GLUE_BUCKET ?= $(or $(HEADWATER_BUCKET),$(or $(HEADWATER_RESOURCE_PREFIX),headwater-dev)-data)
+GLUE_PREFIX ?= $(or $(HEADWATER_RESOURCE_PREFIX),headwater-dev)
+GLUE_BUCKET ?= $(or $(HEADWATER_BUCKET),$(GLUE_PREFIX)-data)
 glue-local: deps-py deps-java
 	@test -n "$(GLUE_ENDPOINT)" || { echo "set HEADWATER_EMULATOR_PORT (as for make run) or GLUE_ENDPOINT=http://127.0.0.1:<port>"; exit 2; }
 	AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-testing} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-testing} \
 	  AWS_REGION=$${AWS_REGION:-us-east-1} \
-	  $(PY) glue_jobs/rollup_job.py --bucket $(GLUE_BUCKET) --endpoint-url $(GLUE_ENDPOINT) $(GLUE_ARGS)
+	  $(PY) glue_jobs/rollup_job.py --bucket $(GLUE_BUCKET) --resource-prefix $(GLUE_PREFIX) --endpoint-url $(GLUE_ENDPOINT) $(GLUE_ARGS)
 
 bench: deps
 	$(PY) -m bench.run_all

@@ -1,8 +1,19 @@
-"""The rollup job: list segment objects, fetch and decode them in Spark tasks, roll them up
-(transforms.py), write per-topic rollup objects and, last, the manifest that points at them.
+"""The rollup job: find the segments to read, fetch and decode them in Spark tasks, roll them
+up (transforms.py), write per-topic rollup objects and, last, the manifest that points at them.
 
-Arguments (Glue style, `--name value`): --bucket (required), --segments-prefix (segments/),
---output-prefix (rollups/v1/), --endpoint-url (an emulator; unset on AWS), --region.
+Which segments: with --resource-prefix (the deployment's table prefix, as the template passes)
+the job reads the catalogue the server keeps in DynamoDB: every live topic's head and its
+committed segment items. Only the current incarnation's committed segments are read, and the
+seqs deleted since sealing are skipped, so the rollups count exactly the live sealed records.
+The run is incremental: a topic whose history is unchanged since the last manifest (same
+epoch, delete version and floors) only has its new segments read, and their windows are
+added to the previous ones; any other topic is recomputed. Without --resource-prefix the job
+lists every object under --segments-prefix (an archive of segment objects with no tables):
+orphans of crashed seals are deduplicated, but deletes after sealing are not known.
+
+Arguments (Glue style, `--name value`): --bucket (required), --resource-prefix,
+--segments-prefix (segments/), --output-prefix (rollups/v1/), --endpoint-url (an emulator;
+unset on AWS), --region.
 Glue adds its own arguments (--JOB_NAME, --job-bookmark-option, ...): they are ignored, except
 JOB_NAME, read with awsglue's getResolvedOptions when awsglue is importable."""
 
@@ -31,6 +42,7 @@ MANIFEST_NAME = "manifest.json"
 @dataclass(frozen=True)
 class JobArgs:
     bucket: str
+    resource_prefix: str | None = None
     segments_prefix: str = "segments/"
     output_prefix: str = "rollups/v1/"
     endpoint_url: str | None = None
@@ -41,6 +53,7 @@ class JobArgs:
 def parse_args(argv: Sequence[str]) -> JobArgs:
     p = argparse.ArgumentParser(prog="rollup", description=__doc__)
     p.add_argument("--bucket", required=True)
+    p.add_argument("--resource-prefix", default=None)
     p.add_argument("--segments-prefix", default="segments/")
     p.add_argument("--output-prefix", default="rollups/v1/")
     p.add_argument("--endpoint-url", default=None)
@@ -56,6 +69,7 @@ def parse_args(argv: Sequence[str]) -> JobArgs:
             job_name = argv[list(argv).index("--JOB_NAME") + 1]
     return JobArgs(
         bucket=ns.bucket,
+        resource_prefix=ns.resource_prefix or None,
         segments_prefix=ns.segments_prefix,
         output_prefix=ns.output_prefix,
         endpoint_url=ns.endpoint_url or None,
@@ -67,8 +81,12 @@ def parse_args(argv: Sequence[str]) -> JobArgs:
 def s3_client(endpoint_url: str | None, region: str | None) -> Any:
     import boto3
 
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1")
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=_region(region))
+
+
+def _region(region: str | None) -> str:
+    env = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return region or env or "us-east-1"
 
 
 def list_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
@@ -78,18 +96,90 @@ def list_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
     return keys
 
 
+@dataclass(frozen=True)
+class TopicState:
+    """What a topic's rollups depend on besides its segments: equal states mean the
+    records already rolled up are still exactly the live ones."""
+
+    epoch: int
+    del_ver: int
+    earliest_seq: int
+    evict_floor: int
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "epoch": self.epoch,
+            "del_ver": self.del_ver,
+            "earliest_seq": self.earliest_seq,
+            "evict_floor": self.evict_floor,
+        }
+
+
+@dataclass(frozen=True)
+class Source:
+    """One segment object to read, and the seqs in it to skip (deleted since sealing)."""
+
+    key: str
+    last_seq: int
+    deleted: tuple[int, ...] = ()
+
+
+def catalogue(
+    resource_prefix: str, endpoint_url: str | None, region: str | None
+) -> dict[str, tuple[TopicState, list[Source]]]:
+    """Every live topic's state and committed segments, from the server's tables."""
+    import boto3
+
+    from headwater.settings import Settings
+    from headwater.storage.dynamo import DynamoHeadStore
+    from headwater.storage.segments import DynamoSegmentStore
+
+    ddb = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=_region(region))
+    settings = Settings(resource_prefix=resource_prefix)
+    heads, segments = DynamoHeadStore(ddb, settings), DynamoSegmentStore(ddb, settings)
+    out: dict[str, tuple[TopicState, list[Source]]] = {}
+    after: str | None = None
+    while True:
+        page = heads.list_live("", after, 100)
+        for head in page:
+            if not head.sealed_through:
+                continue
+            state = TopicState(head.epoch, head.del_ver, head.earliest_seq, head.evict_floor)
+            sources: list[Source] = []
+            last = 0
+            while True:
+                items = segments.after(head, last, 100)
+                for it in items:
+                    if it.first_seq < head.earliest_seq and it.last_seq < head.earliest_seq:
+                        continue  # wholly below the floor (deleted prefix, not yet reclaimed)
+                    low = tuple(range(it.first_seq, min(it.last_seq + 1, head.earliest_seq)))
+                    sources.append(Source(it.key, it.last_seq, tuple(sorted(it.deleted)) + low))
+                if len(items) < 100:
+                    break
+                last = items[-1].last_seq
+            out[head.topic] = (state, sources)
+        if len(page) < 100:
+            return out
+        after = page[-1].topic
+
+
 def segment_rows(
-    keys: Iterable[str], bucket: str, endpoint_url: str | None, region: str | None
+    sources: Iterable[tuple[str, tuple[int, ...]]],
+    bucket: str,
+    endpoint_url: str | None,
+    region: str | None,
 ) -> Iterator[tuple[Any, ...]]:
-    """Runs in a Spark task: one S3 client per partition, one row per stored record."""
+    """Runs in a Spark task: one S3 client per partition, one row per live stored record."""
     from headwater.engine.segment import decode_segment
 
     s3 = s3_client(endpoint_url, region)
-    for key in keys:
+    for key, deleted in sources:
+        skip = frozenset(deleted)
         blob = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         info, records = decode_segment(blob)
         for r in records:
-            yield (info.topic, info.epoch, r.seq, r.ts, r.size, r.tag, r.node)
+            if r.seq not in skip:
+                yield (info.topic, info.epoch, r.seq, r.ts, r.size, r.tag, r.node)
 
 
 def _windows(rows: list[Row]) -> dict[str, list[dict[str, Any]]]:
@@ -112,22 +202,80 @@ def _put_json(s3: Any, bucket: str, key: str, body: Any) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json")
 
 
+def _get_json(s3: Any, bucket: str, key: str) -> Any:
+    try:
+        return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+def merge_windows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Windows of the same topic added up by window_start (counts and maps are sums)."""
+    by_start: dict[int, dict[str, Any]] = {}
+    for w in [*old, *new]:
+        cur = by_start.get(w["window_start"])
+        if cur is None:
+            by_start[w["window_start"]] = {
+                **w,
+                "by_tag_prefix": dict(w["by_tag_prefix"]),
+                "by_node": dict(w["by_node"]),
+            }
+            continue
+        cur["records"] += w["records"]
+        cur["bytes"] += w["bytes"]
+        for field in ("by_tag_prefix", "by_node"):
+            for k, v in w[field].items():
+                cur[field][k] = cur[field].get(k, 0) + v
+    out = [by_start[k] for k in sorted(by_start)]
+    for w in out:
+        w["by_tag_prefix"] = dict(sorted(w["by_tag_prefix"].items()))
+        w["by_node"] = dict(sorted(w["by_node"].items()))
+    return out
+
+
 def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     """The whole job against one session; returns the manifest it wrote."""
     from headwater.names import object_key_component
 
     s3 = s3_client(args.endpoint_url, args.region)
-    keys = list_keys(s3, args.bucket, args.segments_prefix)
+    manifest_key = args.output_prefix + MANIFEST_NAME
+    previous = _get_json(s3, args.bucket, manifest_key) or {}
+    prev_topics: dict[str, Any] = previous.get("topics", {})
+    kept: dict[str, Any] = {}  # topics whose rollups carry over unchanged
+    carried: dict[str, Any] = {}  # topics whose new segments add to the previous windows
+    states: dict[str, TopicState] = {}
+    sealed: dict[str, int] = {}  # catalogue topics: the last seq their segments cover
+    work: list[tuple[str, tuple[int, ...]]] = []
+    if args.resource_prefix:
+        mode = "catalogue"
+        for topic, (state, sources) in catalogue(
+            args.resource_prefix, args.endpoint_url, args.region
+        ).items():
+            states[topic] = state
+            sealed[topic] = max((x.last_seq for x in sources), default=0)
+            prev = prev_topics.get(topic)
+            if prev is not None and prev.get("state") == state.as_json():
+                fresh = [x for x in sources if x.last_seq > int(prev["through_seq"])]
+                if not fresh:
+                    kept[topic] = prev
+                    continue
+                carried[topic] = prev
+                sources = fresh
+            work.extend((x.key, x.deleted) for x in sources)
+    else:
+        mode = "listing"
+        work = [(k, ()) for k in list_keys(s3, args.bucket, args.segments_prefix)]
     log.info(
-        "rolling up %d segment objects under s3://%s/%s",
-        len(keys),
+        "rolling up %d segment objects from s3://%s (%s; %d topics unchanged)",
+        len(work),
         args.bucket,
-        args.segments_prefix,
+        mode,
+        len(kept),
     )
     sc = spark.sparkContext
-    slices = max(1, min(len(keys), sc.defaultParallelism * 4))
+    slices = max(1, min(len(work), sc.defaultParallelism * 4))
     bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
-    rdd = sc.parallelize(keys, slices).mapPartitions(
+    rdd = sc.parallelize(work, slices).mapPartitions(
         lambda part: segment_rows(part, bucket, endpoint, region)
     )
     result = rollup(spark.createDataFrame(rdd, ROW_SCHEMA))
@@ -135,29 +283,46 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     minute = _windows(result.minute.collect())
     hour = _windows(result.hour.collect())
 
-    topics: dict[str, Any] = {}
+    topics: dict[str, Any] = dict(kept)
     for s in summary:
         topic = s["topic"]
         base = f"{args.output_prefix}{object_key_component(topic)}/"
         minute_key, hour_key = base + "minute.json", base + "hour.json"
-        _put_json(s3, args.bucket, minute_key, minute.get(topic, []))
-        _put_json(s3, args.bucket, hour_key, hour.get(topic, []))
+        new_minute, new_hour = minute.get(topic, []), hour.get(topic, [])
+        records, through = int(s["records"]), int(s["through_seq"])
+        prev = carried.get(topic)
+        if prev is not None:
+            old_minute = _get_json(s3, args.bucket, prev["minute"]) or []
+            new_minute = merge_windows(old_minute, new_minute)
+            new_hour = merge_windows(_get_json(s3, args.bucket, prev["hour"]) or [], new_hour)
+            records += int(prev["records"])
+            through = max(through, int(prev["through_seq"]))
+        _put_json(s3, args.bucket, minute_key, new_minute)
+        _put_json(s3, args.bucket, hour_key, new_hour)
         topics[topic] = {
             "epoch": int(s["epoch"]),
-            "through_seq": int(s["through_seq"]),
-            "records": int(s["records"]),
+            "through_seq": through,
+            "records": records,
             "minute": minute_key,
             "hour": hour_key,
         }
+        if topic in states:
+            # Through the last segment read, even if its last records were deleted.
+            topics[topic]["through_seq"] = max(through, sealed[topic])
+            topics[topic]["state"] = states[topic].as_json()
+    for topic, prev in carried.items():
+        if topic not in topics:  # the new segments held only deleted records
+            topics[topic] = {**prev, "through_seq": sealed[topic]}
     manifest = {
         "version": MANIFEST_VERSION,
         "generated_at": time.time_ns() // 1_000_000,
-        "segments": len(keys),
-        "topics": topics,
+        "mode": mode,
+        "segments": len(work),
+        "topics": dict(sorted(topics.items())),
     }
     # Last: a reader that sees this manifest finds every object it points at.
-    _put_json(s3, args.bucket, args.output_prefix + MANIFEST_NAME, manifest)
-    log.info("wrote rollups for %d topics", len(topics))
+    _put_json(s3, args.bucket, manifest_key, manifest)
+    log.info("wrote rollups for %d topics (%d unchanged)", len(topics) - len(kept), len(kept))
     return manifest
 
 

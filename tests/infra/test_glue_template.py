@@ -30,6 +30,8 @@ def test_glue_job_is_glue_5_python_3_reading_the_data_bucket(template: dict[str,
     assert job["WorkerType"] == "G.1X" and job["NumberOfWorkers"] == 2
     args = job["DefaultArguments"]
     assert args["--bucket"] == {"Ref": "DataBucket"}
+    # The catalogue (heads and segment items) lives in the stack's tables.
+    assert args["--resource-prefix"] == {"Fn::Sub": "${AWS::StackName}"}
     assert args["--segments-prefix"] == "segments/" and args["--output-prefix"] == "rollups/v1/"
     assert "--extra-py-files" in args
     assert job["ExecutionProperty"]["MaxConcurrentRuns"] == 1
@@ -52,9 +54,26 @@ def test_job_role_reads_segments_and_writes_only_rollups(template: dict[str, Any
     statements = policy["PolicyDocument"]["Statement"]
     puts = [s for s in statements if "s3:PutObject" in s["Action"]]
     assert [s["Resource"] for s in puts] == [{"Fn::Sub": "${DataBucket.Arn}/rollups/*"}]
-    reads = [r for s in statements if "s3:GetObject" in s["Action"] for r in s["Resource"]]
+    reads = [r for s in statements if "s3:GetObject" in s["Action"] for r in _list(s["Resource"])]
     assert {"Fn::Sub": "${DataBucket.Arn}/segments/*"} in reads
+    assert {"Fn::Sub": "${DataBucket.Arn}/rollups/*"} in reads  # the previous run (incremental)
     assert not any("s3:DeleteObject" in s["Action"] for s in statements)
+    # DynamoDB: reads of the heads (with the live-topic index) and index tables, no writes.
+    ddb = [s for s in statements if any(a.startswith("dynamodb:") for a in s["Action"])]
+    assert {a for s in ddb for a in s["Action"]} == {
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:Query",
+    }
+    assert [r for s in ddb for r in _list(s["Resource"])] == [
+        {"Fn::GetAtt": ["HeadsTable", "Arn"]},
+        {"Fn::Sub": "${HeadsTable.Arn}/index/*"},
+        {"Fn::GetAtt": ["IndexTable", "Arn"]},
+    ]
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 def test_dev_requirements_pin_the_spark_of_glue_5() -> None:

@@ -406,3 +406,55 @@ def test_session_removed_while_streaming_gets_a_terminal_410_frame(
                 s.next()
         r = http.get(base + sess["stream_url"], headers=SSE)
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_a_session_resumed_after_delete_and_recreate_gets_a_recreated_tombstone(
+    start_servers: Callable[..., list[ServerProcess]],
+) -> None:
+    (server,) = start_servers(1)
+    base = server.url
+    with httpx.Client(timeout=READ_TIMEOUT) as http:
+        put(http, base, "r")
+        append(http, base, "r", [{"data": i} for i in range(3)])
+        sess = watch(http, base, {"topics": {"r": {}}})
+        url = base + sess["stream_url"]
+        with open_stream(http, url) as s:
+            events = s.until(lambda e: e.name == "caught-up")
+            assert [r["$seq"] for e in events if e.name == "record" for r in e.data["records"]] == [
+                1,
+                2,
+                3,
+            ]
+            append(http, base, "r", [{"data": 3}])
+            s.until(lambda e: e.name == "record")  # seq 4 delivered: cursor 4
+        time.sleep(1.0)  # the stream's close saves its cursors
+        # WHILE the consumer is away the topic is deleted and recreated with new records
+        assert http.delete(f"{base}/v0/topics/r").status_code == 200
+        append(http, base, "r", [{"data": "new-1"}, {"data": "new-2"}])
+        # WHEN it resumes THEN the loss is a `recreated` tombstone, then the new incarnation
+        with open_stream(http, url) as s:
+            events = s.until(lambda e: e.name == "caught-up")
+            tomb = events[0]
+            assert tomb.name == "tombstone" and tomb.data == {
+                "topic": "r",
+                "reason": "recreated",
+                "gap_from": 5,
+                "gap_to": 4,
+                "missed_estimate": 0,
+                "earliest_seq": 1,
+                "head_seq": 2,
+            }
+            assert cursor(tomb.id or "") == {"r": 0}
+            recs = [r for e in events if e.name == "record" for r in e.data["records"]]
+            assert [(r["$seq"], r["data"]) for r in recs] == [(1, "new-1"), (2, "new-2")]
+            # AND the stream follows the new incarnation live
+            append(http, base, "r", [{"data": "new-3"}])
+            live = s.until(lambda e: e.name == "record")
+            assert [r["data"] for r in live[-1].data["records"]] == ["new-3"]
+        time.sleep(1.0)
+        # WHEN it resumes again THEN no second tombstone: the session follows the new epoch
+        append(http, base, "r", [{"data": "new-4"}])
+        with open_stream(http, url) as s:
+            events = s.until(lambda e: e.name == "caught-up")
+            assert [e.name for e in events] == ["record", "caught-up"]
+            assert [r["data"] for r in events[0].data["records"]] == ["new-4"]

@@ -20,7 +20,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from headwater import jsoncodec
@@ -98,6 +98,7 @@ class OpenSession:
     spec: WatchSpec
     start: dict[str, int]  # where this stream begins, per live topic
     deleted: frozenset[str]
+    epochs: dict[str, int] = field(default_factory=dict)  # followed into a recreated topic
 
 
 def new_wid() -> str:
@@ -123,8 +124,15 @@ def decode_cursor_map(token: str) -> dict[str, int]:
     return value
 
 
-def _session_state(cursors: Mapping[str, int], deleted: set[str] | frozenset[str]) -> str:
-    return json.dumps({"c": dict(cursors), "d": sorted(deleted)}, separators=(",", ":"))
+def _session_state(
+    cursors: Mapping[str, int],
+    deleted: set[str] | frozenset[str],
+    epochs: Mapping[str, int] | None = None,
+) -> str:
+    state: dict[str, Any] = {"c": dict(cursors), "d": sorted(deleted)}
+    if epochs:
+        state["e"] = dict(epochs)  # topics followed into a newer incarnation than the spec's
+    return json.dumps(state, separators=(",", ":"))
 
 
 def _strip_data(record: bytes) -> bytes:
@@ -204,9 +212,11 @@ class WatchEngine:
         spec = WatchSpec.from_json(item.spec)
         start = {t.topic: t.from_seq for t in spec.topics}
         deleted: frozenset[str] = frozenset()
+        epochs: dict[str, int] = {}
         if item.cursors is not None:
             state = json.loads(item.cursors)
             deleted = frozenset(state.get("d", []))
+            epochs = {t: int(e) for t, e in state.get("e", {}).items() if t in start}
             for topic, seq in state.get("c", {}).items():
                 if topic in start:
                     start[topic] = int(seq)
@@ -216,7 +226,7 @@ class WatchEngine:
                     start[topic] = min(start[topic], seq)
         for topic in deleted:
             start.pop(topic, None)
-        return OpenSession(item, spec, start, deleted)
+        return OpenSession(item, spec, start, deleted, epochs)
 
     async def stream(self, session: OpenSession) -> AsyncGenerator[WatchEvent, None]:
         runner = _StreamRun(self, session)
@@ -255,6 +265,10 @@ class TopicFeed:
     reads after it see everything appended meanwhile, so records coalesce into fewer,
     larger batches. The base keeps no state outside the process: a stored watch session
     is the subclass below."""
+
+    # Whether a subscription resumed at an older incarnation follows the topic into its new
+    # one (a stored session: the epoch is saved with the cursors) or ends with topic-deleted.
+    follows_recreate = False
 
     def __init__(self, engine: LogEngine, *, heartbeat_ms: int | None = None) -> None:
         self.engine = engine
@@ -448,7 +462,26 @@ class TopicFeed:
             return  # unsubscribed (or subscribed anew) during the read
         head = res.head
         if head.epoch != sub.epoch:
-            yield self._topic_deleted(topic, sub)
+            if not (self.follows_recreate and sub.fresh and head.epoch > sub.epoch):
+                yield self._topic_deleted(topic, sub)
+                return
+            # A stored session resumed after the topic was deleted and recreated: the
+            # consumer was not connected when it happened. Spec §7: the loss is reported as
+            # a `recreated` tombstone and delivery starts over in the new incarnation.
+            data = jsoncodec.dumps(
+                {
+                    "topic": topic,
+                    "reason": "recreated",
+                    "gap_from": cur + 1,
+                    "gap_to": max(cur, head.prev_head_seq),
+                    "missed_estimate": max(0, head.prev_head_seq - cur),
+                    "earliest_seq": head.first_live_seq,
+                    "head_seq": head.head_seq,
+                }
+            )
+            sub.epoch, sub.cursor, sub.fresh = head.epoch, 0, False
+            self.dirty.add(topic)  # read the new incarnation next
+            yield WatchEvent("tombstone", data, self._id_after(topic, 0), topic)
             return
         tomb = res.tombstone
         if sub.fresh:
@@ -527,15 +560,19 @@ class _StreamRun(TopicFeed):
     """One open SSE stream of a stored session: composite-cursor ids, heartbeats, and the
     session's cursors saved as it goes (and when it closes)."""
 
+    follows_recreate = True
+
     def __init__(self, owner: WatchEngine, session: OpenSession) -> None:
         super().__init__(owner.engine, heartbeat_ms=session.spec.heartbeat_ms)
         self.owner = owner
         self.spec = session.spec
         self.wid = session.item.wid
         self.ttl_ms = session.item.ttl_ms
+        self.spec_epochs = {t.topic: t.epoch for t in self.spec.topics}
         for t in self.spec.topics:
             if t.topic in session.start:
-                self.subscribe(t.topic, session.start[t.topic], t.epoch, self.spec)
+                epoch = session.epochs.get(t.topic, t.epoch)
+                self.subscribe(t.topic, session.start[t.topic], epoch, self.spec)
         self.deleted_before = session.deleted  # dropped from the session on an earlier stream
         self.saved_state = session.item.cursors
         self.unsaved = False
@@ -552,7 +589,8 @@ class _StreamRun(TopicFeed):
 
     def _state(self) -> str:
         deleted = set(self.deleted_before) | {t for t, s in self.subs.items() if s.deleted}
-        return _session_state(self.cursors, deleted)
+        epochs = {t: s.epoch for t, s in self.subs.items() if s.epoch != self.spec_epochs.get(t)}
+        return _session_state(self.cursors, deleted, epochs)
 
     async def _checkpoint(self) -> WatchEvent | None:
         # Cursor saves never hold up delivery: one runs on the engine's pool at a time, and

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast lint fmt build bench deps deps-py deps-sam deps-node deps-java clean glue-local
+.PHONY: run test test-fast lint fmt build deploy bench deps deps-py deps-sam deps-node deps-java clean glue-local
 
 deps: deps-py deps-sam deps-node deps-java
 
@@ -77,6 +77,13 @@ glue-local: deps-py deps-java
 	AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-testing} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-testing} \
 	  AWS_REGION=$${AWS_REGION:-us-east-1} \
 	  $(PY) glue_jobs/rollup_job.py --bucket $(GLUE_BUCKET) --resource-prefix $(GLUE_PREFIX) --endpoint-url $(GLUE_ENDPOINT) $(GLUE_ARGS)
+
+# sam deploy (samconfig.toml's default environment), then the Glue job's library zip to the
+# stack's data bucket (sam deploy uploads the job script but not --extra-py-files).
+STACK ?= headwater-dev
+deploy: build deps-py
+	$(SAMVENV)/bin/sam deploy --stack-name $(STACK)
+	$(PY) glue_jobs/package.py --stack $(STACK)
 
 bench: deps
 	$(PY) -m bench.run_all

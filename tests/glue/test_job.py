@@ -185,3 +185,33 @@ def test_package_zip_holds_both_packages_and_imports(tmp_path: Any) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert all(line.startswith(str(out)) for line in done.stdout.split()), done.stdout
+
+
+def test_package_uploads_to_the_data_bucket_named_by_the_stack(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto import mock_aws
+    from package import S3_KEY
+    from package import main as package_main
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    template = {
+        "Resources": {"DataBucket": {"Type": "AWS::S3::Bucket"}},
+        "Outputs": {"DataBucketName": {"Value": {"Ref": "DataBucket"}}},
+    }
+    with mock_aws():
+        cfn = boto3.client("cloudformation", region_name="us-east-1")
+        cfn.create_stack(StackName="hw-test", TemplateBody=json.dumps(template))
+        [out] = cfn.describe_stacks(StackName="hw-test")["Stacks"][0]["Outputs"]
+        assert package_main(["--stack", "hw-test", "--out", str(tmp_path / "z.zip")]) == 0
+        s3 = boto3.client("s3", region_name="us-east-1")
+        body = s3.get_object(Bucket=out["OutputValue"], Key=S3_KEY)["Body"].read()
+        assert body == (tmp_path / "z.zip").read_bytes()
+        # A stack without the output is a clear error, not an upload somewhere else.
+        cfn.create_stack(
+            StackName="other", TemplateBody=json.dumps({"Resources": template["Resources"]})
+        )
+        with pytest.raises(SystemExit, match="no DataBucketName output"):
+            package_main(["--stack", "other", "--out", str(tmp_path / "z.zip")])

@@ -117,11 +117,13 @@ class TopicState:
 
 @dataclass(frozen=True)
 class Source:
-    """One segment object to read, and the seqs in it to skip (deleted since sealing)."""
+    """One segment object to read, the seqs in it deleted since sealing, and the topic's
+    floor (seqs below it were deleted by a prefix delete)."""
 
     key: str
     last_seq: int
     deleted: tuple[int, ...] = ()
+    floor: int = 1
 
 
 def catalogue(
@@ -150,10 +152,10 @@ def catalogue(
             while True:
                 items = segments.after(head, last, 100)
                 for it in items:
-                    if it.first_seq < head.earliest_seq and it.last_seq < head.earliest_seq:
+                    if it.last_seq < head.earliest_seq:
                         continue  # wholly below the floor (deleted prefix, not yet reclaimed)
-                    low = tuple(range(it.first_seq, min(it.last_seq + 1, head.earliest_seq)))
-                    sources.append(Source(it.key, it.last_seq, tuple(sorted(it.deleted)) + low))
+                    deleted = tuple(sorted(it.deleted))
+                    sources.append(Source(it.key, it.last_seq, deleted, head.earliest_seq))
                 if len(items) < 100:
                     break
                 last = items[-1].last_seq
@@ -164,7 +166,7 @@ def catalogue(
 
 
 def segment_rows(
-    sources: Iterable[tuple[str, tuple[int, ...]]],
+    sources: Iterable[tuple[str, tuple[int, ...], int]],
     bucket: str,
     endpoint_url: str | None,
     region: str | None,
@@ -173,12 +175,12 @@ def segment_rows(
     from headwater.engine.segment import decode_segment
 
     s3 = s3_client(endpoint_url, region)
-    for key, deleted in sources:
+    for key, deleted, floor in sources:
         skip = frozenset(deleted)
         blob = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         info, records = decode_segment(blob)
         for r in records:
-            if r.seq not in skip:
+            if r.seq >= floor and r.seq not in skip:
                 yield (info.topic, info.epoch, r.seq, r.ts, r.size, r.tag, r.node)
 
 
@@ -245,7 +247,7 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     carried: dict[str, Any] = {}  # topics whose new segments add to the previous windows
     states: dict[str, TopicState] = {}
     sealed: dict[str, int] = {}  # catalogue topics: the last seq their segments cover
-    work: list[tuple[str, tuple[int, ...]]] = []
+    work: list[tuple[str, tuple[int, ...], int]] = []
     if args.resource_prefix:
         mode = "catalogue"
         for topic, (state, sources) in catalogue(
@@ -261,10 +263,10 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
                     continue
                 carried[topic] = prev
                 sources = fresh
-            work.extend((x.key, x.deleted) for x in sources)
+            work.extend((x.key, x.deleted, x.floor) for x in sources)
     else:
         mode = "listing"
-        work = [(k, ()) for k in list_keys(s3, args.bucket, args.segments_prefix)]
+        work = [(k, (), 1) for k in list_keys(s3, args.bucket, args.segments_prefix)]
     log.info(
         "rolling up %d segment objects from s3://%s (%s; %d topics unchanged)",
         len(work),

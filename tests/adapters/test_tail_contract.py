@@ -16,6 +16,7 @@ from adapter_helpers import (
     build_log,
     create_topic,
     creating_commit,
+    new_head,
     recs,
     seqs_of,
 )
@@ -545,3 +546,44 @@ def test_transaction_of_101_items_is_refused(backend: Backend) -> None:
     assert isinstance(cause, ClientError)
     assert cause.response["Error"]["Code"] == "ValidationException"
     assert backend.heads.get("t") is None
+
+
+def test_guarded_append_is_conditional_on_ext_and_sets_it(backend: Backend) -> None:
+    head = create_topic(backend, "g", 1)
+    assert head.ext == ""
+    # GIVEN an append that expects no ext yet and sets one
+    commit = dataclasses.replace(append_commit(head, recs(1)), ext_expected="", ext_new='{"a":1}')
+    backend.tail.commit_append(commit)
+    after = backend.heads.get("g")
+    assert after is not None and after.ext == '{"a":1}' and after.head_seq == 2
+    # WHEN the ext changes alone (a close, say) under a writer that read it before
+    assert backend.heads.put_ext(after, '{"a":2}')
+    stale = dataclasses.replace(
+        append_commit(after, recs(1, start=2)), ext_expected='{"a":1}', ext_new='{"a":3}'
+    )
+    # THEN that writer's append is a conflict and writes nothing, though head_seq is unchanged
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(stale)
+    assert rej.value.head_conflict
+    now = backend.heads.get("g")
+    assert now is not None and now.ext == '{"a":2}' and now.head_seq == 2
+    assert _frame_item(backend, now, 3) is None
+
+
+def test_put_ext_needs_the_head_seq_and_ext_as_read(backend: Backend) -> None:
+    head = create_topic(backend, "p", 1)
+    assert backend.heads.put_ext(head, '{"v":1}')
+    assert not backend.heads.put_ext(head, '{"v":2}')  # ext moved since `head` was read
+    cur = backend.heads.get("p")
+    assert cur is not None and cur.ext == '{"v":1}'
+    moved = append(backend, cur, recs(1, start=1))
+    assert not backend.heads.put_ext(cur, '{"v":3}')  # head_seq moved
+    assert backend.heads.put_ext(moved, '{"v":3}')
+    assert backend.heads.mark_deleted(moved, if_empty=False)
+    gone = backend.heads.get("p")
+    assert gone is not None and gone.deleted
+    assert not backend.heads.put_ext(gone, '{"v":4}')  # no writes to a deleted marker
+    # the ext round-trips through a create (a recreated stream starts with its own)
+    fresh = dataclasses.replace(new_head("p", epoch=2), ext='{"v":5}')
+    assert backend.heads.create(fresh, replacing=gone)
+    assert backend.heads.get("p") == fresh

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from headwater.durable.service import DurableStreams
 from headwater.engine.log import LogEngine, wall_ms
 from headwater.engine.queue import QueueEngine
 from headwater.engine.quotas import (
@@ -125,6 +126,10 @@ class Services:
     upkeep: Upkeep
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
+    streams: DurableStreams = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.streams = DurableStreams(self.engine, self.engine.clock)
 
     @classmethod
     def build(cls, settings: Settings, clients: AwsClients | None, keys: KeyStore) -> Services:

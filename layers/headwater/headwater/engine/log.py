@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from headwater.engine import config as topic_config
@@ -45,6 +46,8 @@ from headwater.engine.values import (
     DeleteResult,
     DiffRequest,
     DiffResult,
+    RangeRead,
+    Settle,
     TagMatch,
     Tombstone,
     TopicPage,
@@ -78,6 +81,10 @@ from headwater.storage.ports import (
 from headwater.storage.schema import SPILL_PREFIX
 
 T = TypeVar("T")
+
+# Topics whose names start with this belong to a protocol layer (/v1 Durable Streams keep
+# theirs under "~ds/"); no /v0 topic name can start with it.
+PROTOCOL_TOPIC_MARK = "~"
 log = logging.getLogger(__name__)
 MAX_TXN_ITEMS = 100
 MAX_ATTEMPTS = 200
@@ -96,6 +103,15 @@ class _Pending:
     req: AppendRequest
     future: asyncio.Future[AppendResult]
     n: int
+
+
+@dataclass(slots=True)
+class GuardState:
+    """What the guards of one group commit decided: the ext to write, each admitted
+    request's note."""
+
+    ext: str
+    notes: dict[int, Any]
 
 
 @dataclass(slots=True)
@@ -224,7 +240,12 @@ class LogEngine:
         def run() -> TopicPage:
             merged: list[Head] = []
             for p in prefixes:
-                merged.extend(self.heads.list_live(p, after, limit + 1))
+                found = self.heads.list_live(p, after, limit + 1)
+                if not p.startswith(PROTOCOL_TOPIC_MARK):
+                    # Protocol-owned topics ("~ds/..." streams) sort after every topic name
+                    # and are not topics to /v0: the listing ends where they begin.
+                    found = [h for h in found if not h.topic.startswith(PROTOCOL_TOPIC_MARK)]
+                merged.extend(found)
             merged.sort(key=lambda h: h.topic)
             page = merged[: limit + 1]
             more = len(page) > limit
@@ -348,6 +369,7 @@ class LogEngine:
     ) -> list[AppendResult | HeadwaterError]:
         results: list[AppendResult | HeadwaterError | None] = [None] * len(reqs)
         head = self._head_cache.get(topic)
+        verified = head is None  # read from storage now, not this process's last commit
         if head is None:
             head = self.heads.get(topic)
         deadline = time.monotonic() + APPEND_BUDGET_S
@@ -356,7 +378,8 @@ class LogEngine:
             live = [i for i, r in enumerate(results) if r is None]
             if not live:
                 break
-            outcome = self._try_commit(topic, head, reqs, live, results)
+            outcome = self._try_commit(topic, head, reqs, live, results, verified)
+            verified = True  # retries start from the head the failed condition saw, or a read
             if outcome is None:
                 break
             head, conflicted = outcome
@@ -379,9 +402,14 @@ class LogEngine:
         reqs: list[AppendRequest],
         live: list[int],
         results: list[AppendResult | HeadwaterError | None],
+        verified: bool = True,
     ) -> tuple[Head | None, bool] | None:
         """One attempt. Fills `results` for requests it settles; returns None when done, or
-        (fresh head, lost a race) to retry the remaining requests with."""
+        (fresh head, lost a race) to retry the remaining requests with.
+
+        Guards may judge on this process's cached head: when anything commits, the condition
+        proved that head current, and every verdict with it. Verdicts that write nothing
+        (a duplicate, a conflict) on an unverified head are judged again on a read."""
         creating = head is None or head.deleted
         creator: int | None = None
         if creating:
@@ -406,6 +434,10 @@ class LogEngine:
         admitted: list[int] = []
         seen_keys: dict[str, int] = {}
         window = int(cfg.get("idempotency_window_ms", 120_000))
+        ext = base.ext
+        guarded = False
+        provisional: list[int] = []  # settled by a guard in this attempt: redo on a retry
+        notes: dict[int, Any] = {}
         for i in live:
             r = reqs[i]
             key = r.idempotency_key if window > 0 else None
@@ -418,11 +450,30 @@ class LogEngine:
                     detail={"topic": topic, "cap_records": cap_n, "cap_bytes": cap_b},
                 )
                 continue
+            if r.guard is not None:
+                guarded = True
+                tail = base.head_seq + (count - base.count)  # after the requests admitted so far
+                try:
+                    verdict = r.guard(base, ext, tail)
+                except HeadwaterError as exc:
+                    results[i] = exc
+                    provisional.append(i)
+                    continue
+                if isinstance(verdict, Settle):
+                    results[i] = AppendResult(0, 0, tail, False, True, verdict.note)
+                    provisional.append(i)
+                    continue
+                ext = verdict.ext
+                notes[i] = verdict.note
             count, nbytes = count + n, nbytes + b
             admitted.append(i)
             if key is not None:
                 seen_keys[key] = i
         if not admitted:
+            if provisional and not verified:
+                for i in provisional:
+                    results[i] = None
+                return self.heads.get(topic), False
             self._settle_duplicates(reqs, live, results, seen_keys, base)
             return None
 
@@ -438,8 +489,21 @@ class LogEngine:
         committed = False
         try:
             outcome, committed = self._commit_admitted(
-                topic, head, base, reqs, live, admitted, seen_keys, results, creating, creator
+                topic,
+                head,
+                base,
+                reqs,
+                live,
+                admitted,
+                seen_keys,
+                results,
+                creating,
+                creator,
+                GuardState(ext, notes) if guarded else None,
             )
+            if outcome is not None:
+                for i in provisional:  # decided on a head that has since moved
+                    results[i] = None
             return outcome
         finally:
             if not committed:
@@ -473,10 +537,15 @@ class LogEngine:
         results: list[AppendResult | HeadwaterError | None],
         creating: bool,
         creator: int | None,
+        guard: GuardState | None = None,
     ) -> tuple[tuple[Head | None, bool] | None, bool]:
         """Write the admitted requests as one frame: ((retry head, conflicted) or None when
         settled, whether the frame committed)."""
-        now = self.clock()
+        # Append time never goes back on a topic (several processes, skewed clocks); an
+        # append-time hint may pick an earlier time than now, but not one before the last.
+        hints = [h for i in admitted if (h := reqs[i].ts_hint) is not None]
+        now = max(hints) if len(hints) == len(admitted) else self.clock()
+        now = max(now, base.last_write_ts or 0)
         cfg = base.config
         epoch = base.epoch
         window = int(cfg.get("idempotency_window_ms", 120_000))
@@ -528,6 +597,7 @@ class LogEngine:
                 last_write_ts=now,
                 tag_pending={} if inline_tags or not entries else {last: first},
                 unsealed_bytes=payload,
+                ext=guard.ext if guard is not None else base.ext,
             )
         max_count = max_bytes = None
         if reject and not creating:
@@ -550,6 +620,8 @@ class LogEngine:
             max_count=max_count,
             max_bytes=max_bytes,
             expires_s=self._frame_expiry_s(cfg, now),
+            ext_expected=base.ext if guard is not None and not creating else None,
+            ext_new=guard.ext if guard is not None and not creating else None,
         )
         try:
             self.tail.commit_append(commit)
@@ -576,6 +648,7 @@ class LogEngine:
             bytes=base.bytes + payload,
             last_write_ts=now,
             unsealed_bytes=base.unsealed_bytes + payload,
+            ext=guard.ext if guard is not None else base.ext,
         )
         self._head_cache[topic] = committed
         self.known.note(committed)
@@ -587,8 +660,11 @@ class LogEngine:
             payload_bytes=payload,
         )
         self.cache.put(committed.log_key, frame, committed.del_ver)
+        notes = guard.notes if guard is not None else {}
         for i in admitted:
-            results[i] = AppendResult(*spans[i], last, creating and i == creator, False)
+            results[i] = AppendResult(
+                *spans[i], last, creating and i == creator, False, notes.get(i)
+            )
         self._settle_duplicates(reqs, live, results, seen_keys, committed)
         if entries and not inline_tags:
             try:
@@ -906,6 +982,160 @@ class LogEngine:
                 self.cache.put(head.log_key, f, head.del_ver)
             frames = frames + [f for f in fetched if f.last_seq > covered]
         return out + frames
+
+    # --- raw ranges and head state (protocol layers: Durable Streams) ---------------------
+    async def read_range(
+        self,
+        topic: str,
+        after: int,
+        limit: int,
+        max_bytes: int,
+        tag_json: bytes | None = None,
+        head: Head | None = None,
+    ) -> RangeRead:
+        """Stored records with seq > `after`, up to `limit` records or `max_bytes` payload
+        bytes (at least one record when any is left), only those tagged `tag_json` (a JSON
+        string literal) when given. `head` (read strongly by the caller) saves a read."""
+        return await self._io(self._read_range_sync, topic, after, limit, max_bytes, tag_json, head)
+
+    def _read_range_sync(
+        self,
+        topic: str,
+        after: int,
+        limit: int,
+        max_bytes: int,
+        tag_json: bytes | None,
+        head: Head | None,
+    ) -> RangeRead:
+        for _ in range(4):
+            if head is None:
+                head = self.heads.get(topic)
+            if head is None or head.deleted:
+                raise TopicNotFound(topic)
+            try:
+                return self._range_of(head, after, limit, max_bytes, tag_json)
+            except StaleHead:
+                head = None
+        raise StorageUnavailable(
+            "the log kept moving under the read; retry", headers={"Retry-After": "1"}
+        )
+
+    def _range_of(
+        self, head: Head, after: int, limit: int, max_bytes: int, tag_json: bytes | None
+    ) -> RangeRead:
+        start = max(after, head.earliest_seq - 1)
+        if start >= head.head_seq:
+            return RangeRead(head, [], max(after, head.head_seq), 0)
+        # A key-filtered read examines up to 64x its page before answering with what it has.
+        want = limit if tag_json is None else limit * 64
+        frames = self._frames_after(head, start, want, max_bytes if tag_json is None else 0)
+        out: list[StoredRecord] = []
+        budget = max_bytes
+        scanned = 0
+        examined = start
+        for frame in frames:
+            if frame.last_seq <= start:
+                continue
+            for rec in frame.records:
+                if rec.seq <= start:
+                    continue
+                if rec.seq > head.head_seq or (
+                    out and (len(out) >= limit or len(rec.data_raw) > budget)
+                ):
+                    return RangeRead(head, out, examined, scanned)
+                if scanned >= max_bytes * 64 and tag_json is not None:
+                    return RangeRead(head, out, examined, scanned)
+                examined = rec.seq
+                if rec.seq in frame.deleted or rec.seq < head.earliest_seq:
+                    continue
+                scanned += len(rec.data_raw)
+                if tag_json is not None and rec.tag_json != tag_json:
+                    continue
+                out.append(rec)
+                budget -= len(rec.data_raw)
+        if frames and examined < frames[-1].last_seq <= head.head_seq:
+            examined = frames[-1].last_seq
+        return RangeRead(head, out, examined, scanned)
+
+    async def seek_time(self, head: Head, ts: int) -> int:
+        """The seq just before the first record appended at or after `ts` (append times
+        never go back on a topic, so this is a search over segment, block and frame
+        metadata; it decodes at most one block)."""
+
+        def run() -> int:
+            start = head.earliest_seq - 1
+            return min(self._ttl_floor(head, start, ts)[0], head.head_seq + 1) - 1
+
+        return await self._io(run)
+
+    async def head_of(self, topic: str, *, consistent: bool = True) -> Head | None:
+        return await self._io(lambda: self.heads.get(topic, consistent=consistent))
+
+    async def create_with_ext(self, topic: str, ext: str, replacing: Head | None) -> Head | None:
+        """Create a record-less topic holding `ext` (conditional: None when it lost a race)."""
+        if not ext:
+            raise ValueError("ext must not be empty")
+
+        def run() -> Head | None:
+            new = dataclasses.replace(
+                self._fresh_head(topic, replacing, topic_config.resolve({})), ext=ext
+            )
+            self.quota_reserve(TOPICS, 1)
+            created = False
+            try:
+                created = self.heads.create(new, replacing=replacing)
+            finally:
+                if not created:
+                    self.quota_release(TOPICS, 1)
+            if created:
+                self.known.note(new)
+            return new if created else None
+
+        head = await self._io(run)
+        if head is not None:
+            self.notifier.notify(topic)
+        return head
+
+    async def put_ext(self, head: Head, ext: str) -> Head | None:
+        """Set a live head's ext iff its head_seq and ext are as read (None: it moved)."""
+        ok = await self._io(self.heads.put_ext, head, ext)
+        if not ok:
+            return None
+        new = dataclasses.replace(head, ext=ext)
+        self._head_cache[head.topic] = new
+        self.known.note(new)
+        self.notifier.notify(head.topic)
+        return new
+
+    async def touch_read(self, head: Head, now: int) -> None:
+        await self._io(self.heads.touch_read, head, now)
+
+    async def wait_change(self, topic: str, seen: Head, timeout_s: float) -> Head | None:
+        """Wait until the topic's head moves past `seen` (an append, an ext change, a
+        delete): the new head (deleted heads included), or None at the timeout. Woken at
+        once by commits in this process; other processes' are seen by polling."""
+        deadline = time.monotonic() + timeout_s
+        poll = 0.025
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            woke = await self.notifier.wait(topic, min(poll, remaining))
+            head = self._head_cache.get(topic) if woke else None
+            if head is None or head.epoch != seen.epoch or head.head_seq <= seen.head_seq:
+                # Not this process's commit (or a delete): read it (eventually consistent
+                # while polling; other processes' writes are seen within a poll interval).
+                head = await self._io(partial(self.heads.get, topic, consistent=woke))
+            if not woke:
+                poll = min(poll * 2, self.settings.poll_interval_ms / 1000)
+            if (
+                head is None
+                or head.deleted
+                or head.epoch != seen.epoch
+                or head.head_seq > seen.head_seq
+                or head.ext != seen.ext
+            ):
+                return head
 
     # --- record delete ------------------------------------------------------------------
     async def delete_records(

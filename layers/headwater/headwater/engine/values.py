@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.engine.records import NewRecord
+from headwater.engine.records import NewRecord, StoredRecord
 from headwater.storage.ports import Head
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """A guard's verdict: append the records and set the head's ext to `ext`."""
+
+    ext: str
+    note: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """A guard's verdict: append nothing; the caller gets `note` back (a duplicate, say)."""
+
+    note: Any = None
+
+
+# A guard sees the head the commit builds on, the ext and the head seq as left by the
+# requests ahead of it in the same group commit; it answers Admit or Settle, or raises a
+# HeadwaterError (the request's result). The commit is conditional on ext, so the verdict
+# holds atomically.
+Guard = Callable[[Head, str, int], Admit | Settle]
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +38,8 @@ class AppendRequest:
     idempotency_key: str | None = None
     create: bool | None = None
     config: dict[str, Any] | None = None  # validated patch, applied only on create
+    guard: Guard | None = None
+    ts_hint: int | None = None  # append-time hint (ms); clamped so time never goes back
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +49,7 @@ class AppendResult:
     head_seq: int
     created: bool
     deduped: bool
+    note: Any = None  # from the request's guard
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +105,13 @@ class DeleteResult:
 class TopicPage:
     heads: list[Head]
     next_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRead:
+    """Stored records after a seq (raw, for protocol layers that frame them themselves)."""
+
+    head: Head
+    records: list[StoredRecord]
+    next_seq: int  # the last seq examined (or the start, when none was)
+    scanned_bytes: int

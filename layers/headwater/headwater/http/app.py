@@ -14,11 +14,11 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
-from headwater.http import errors, probes, queue, rollups, routers, v0, watch, ws
+from headwater.http import errors, probes, queue, rollups, routers, v0, v1, watch, ws
 from headwater.http.auth import KeyStore
 from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
-from headwater.http.responses import TimingMiddleware
+from headwater.http.responses import BrowserSafety, TimingMiddleware
 from headwater.services import LazyServices
 from headwater.settings import ENV_API_KEYS, ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.clients import AwsClients
@@ -79,6 +79,7 @@ def create_app(
     app.include_router(watch.router)
     app.include_router(routers.router)
     app.include_router(ws.router)
+    app.include_router(v1.router)
     app.add_middleware(InflightLimit)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
@@ -89,5 +90,6 @@ def create_app(
         allow_headers=["*"],
         expose_headers=["*"],
     )
+    app.add_middleware(BrowserSafety)
     app.add_middleware(TimingMiddleware)
     return app

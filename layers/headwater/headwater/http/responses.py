@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headwater import jsoncodec
 from headwater.errors import HeadwaterError
@@ -25,6 +25,32 @@ class TimingMiddleware:
         if scope["type"] in ("http", "websocket"):
             scope[T0_KEY] = time.perf_counter()
         await self.app(scope, receive, send)
+
+
+class BrowserSafety:
+    """Durable Streams responses are read by browsers straight off the function URL: every
+    /v1 response (errors and preflights included) says nosniff and may be read cross-origin."""
+
+    HEADERS = (
+        (b"x-content-type-options", b"nosniff"),
+        (b"cross-origin-resource-policy", b"cross-origin"),
+    )
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_safe(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_safe)
 
 
 def elapsed_ms(request: HTTPConnection) -> float:
@@ -69,4 +95,8 @@ def error_response(request: Request, exc: HeadwaterError) -> Response:
     headers = dict(exc.headers)
     if exc.status in (429, 503) and "Retry-After" not in headers:
         headers["Retry-After"] = "1"
+    if request.url.path.startswith("/v1/"):
+        # Durable Streams (protocol §11): exactly {"error": {"code", "message"}}.
+        body = dumps({"error": {"code": exc.code, "message": exc.message}})
+        return Response(body, exc.status, headers=headers, media_type="application/json")
     return json_response(request, error_body(exc), exc.status, headers=headers)

@@ -59,7 +59,15 @@ def head_from_item(item: dict[str, Any]) -> Head:
         unsealed_bytes=max(0, _i(item, "ub")),
         evictions=decode_evictions(item.get("ev", {}).get("S", "")),
         prev_head_seq=_i(item, "ph"),
+        ext=item["x"]["S"] if "x" in item else "",
     )
+
+
+def _ext_condition(expected: str) -> tuple[str, dict[str, Any]]:
+    """The condition that a head's ext attribute still holds `expected` ("" = absent)."""
+    if not expected:
+        return "attribute_not_exists(x)", {}
+    return "x = :x1", {":x1": _s(expected)}
 
 
 def encode_evictions(runs: Sequence[tuple[int, str]]) -> str:
@@ -95,6 +103,8 @@ def head_to_item(h: Head) -> dict[str, Any]:
     }
     if h.evictions:
         item["ev"] = _s(encode_evictions(h.evictions))
+    if h.ext:
+        item["x"] = _s(h.ext)
     if h.last_write_ts is not None:
         item["lw"] = _n(h.last_write_ts)
     if h.last_read_ts is not None:
@@ -147,6 +157,20 @@ class DynamoHeadStore:
                 ":cfg": _s(json.dumps(config, sort_keys=True)),
                 ":ep": _n(head.epoch),
             },
+        )
+
+    def put_ext(self, head: Head, ext: str) -> bool:
+        if not ext:
+            raise ValueError("ext must not be empty")
+        cond, values = _ext_condition(head.ext)
+        values.update({":x2": _s(ext), ":ep": _n(head.epoch), ":h": _n(head.head_seq)})
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key={"pk": _s(head.topic)},
+            UpdateExpression="SET x = :x2",
+            ConditionExpression=f"ep = :ep AND hs = :h AND attribute_not_exists(dl) AND {cond}",
+            ExpressionAttributeValues=values,
         )
 
     def mark_deleted(self, head: Head, *, if_empty: bool) -> bool:
@@ -429,6 +453,14 @@ class DynamoLogTailStore:
             names["#k"] = str(c.last_seq)
             values[":fs"] = _n(c.first_seq)
         cond_s = "ep = :ep AND hs = :h AND attribute_not_exists(dl)"
+        if c.ext_expected is not None:
+            ext_cond, ext_values = _ext_condition(c.ext_expected)
+            cond_s += " AND " + ext_cond
+            values.update(ext_values)
+            if not c.ext_new:
+                raise ValueError("ext_new must not be empty")
+            sets.append("x = :x2")
+            values[":x2"] = _s(c.ext_new)
         if c.max_count is not None:
             cond_s += " AND cnt <= :mc"
             values[":mc"] = _n(c.max_count)

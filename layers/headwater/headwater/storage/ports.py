@@ -38,6 +38,10 @@ class Head:
     evictions: tuple[tuple[int, str], ...] = ()
     # The previous incarnation's head_seq (deleted marker, then the recreated head).
     prev_head_seq: int = 0
+    # Extension state owned by a protocol layer (a Durable Streams stream's JSON state: its
+    # content type, expiry, closure, Stream-Seq and producer epochs). Changed only together
+    # with an append (AppendCommit.ext_*) or alone, conditionally (HeadStore.put_ext).
+    ext: str = ""
 
     @property
     def log_key(self) -> str:
@@ -90,6 +94,9 @@ class AppendCommit:
     max_count: int | None = None  # discard:"reject" caps: head count must stay <= this
     max_bytes: int | None = None
     expires_s: int | None = None  # DynamoDB TTL of the frame item (lossy durability classes)
+    # Guarded appends: the head's ext must still equal ext_expected, and becomes ext_new.
+    ext_expected: str | None = None
+    ext_new: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +202,7 @@ class HeadStore(Protocol):
     ) -> dict[str, Head]: ...  # one BatchGetItem per 100 names; absent topics are left out
     def create(self, head: Head, *, replacing: Head | None) -> bool: ...
     def put_config(self, head: Head, config: dict[str, Any]) -> bool: ...
+    def put_ext(self, head: Head, ext: str) -> bool: ...  # iff head_seq and ext unchanged
     def mark_deleted(self, head: Head, *, if_empty: bool) -> bool: ...
     def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]: ...
     def count_live(self) -> int: ...

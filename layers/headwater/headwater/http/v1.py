@@ -1,0 +1,582 @@
+"""/v1: the Durable Streams protocol (../shared/specs/durable-streams-protocol.txt) over the
+log engine. Stream logic lives in headwater.durable; this module is the HTTP mapping: header
+and query parsing, offsets, caching headers, long-poll, SSE, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from headwater import jsoncodec
+from headwater.durable.errors import (
+    AppendTimeout,
+    OffsetGone,
+    RequestTimeout,
+    StreamNotFound,
+)
+from headwater.durable.offsets import START, Offset, OffsetError, decode_offset, encode_offset
+from headwater.durable.service import (
+    DurableStreams,
+    Entry,
+    StreamConfig,
+    Written,
+    descriptor,
+)
+from headwater.durable.state import MAX_NAME_BYTES, StreamState
+from headwater.durable.wire import (
+    WireError,
+    etag_matches,
+    is_json_type,
+    parse_expires_at,
+    parse_producer,
+    parse_timeout_ms,
+    parse_timestamp,
+    parse_ttl,
+    slice_etag,
+    sse_control_event,
+    sse_data_event,
+    sse_encoding,
+    stream_cursor,
+)
+from headwater.engine.values import RangeRead
+from headwater.errors import HeadwaterError, InvalidRequest, NotFound, PayloadTooLarge
+from headwater.http.v0 import authorize, services
+from headwater.services import Services
+from headwater.storage.ports import Head
+
+router = APIRouter()
+
+T = TypeVar("T")
+
+PREFIX = "/v1/stream/"
+RESOLVER_TIMEOUT_S = 5.0  # protocol §6: every resolver, cooperative
+APPEND_TIMEOUT_S = 3.0  # protocol §7.5
+LONG_POLL_DEFAULT_MS = 30_000
+LONG_POLL_CAP_MS = 4_000  # waits are clamped inside the resolver cap and end in 204
+SSE_MAX_S = 60.0  # an SSE response ends after this; clients reconnect from the last control
+SSE_IDLE_PING_S = 15.0
+PAGE_RECORDS = 10_000
+PAGE_BYTES = 4 << 20  # under the 6 MB buffered Lambda response limit
+MAX_APPEND_BYTES = 6 << 20  # the Lambda request payload limit
+MAX_KEY_BYTES = 256
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+SUBRESOURCES = (
+    "_schema",
+    "_profile",
+    "_search",
+    "_aggregate",
+    "_routing_keys",
+    "_index_status",
+    "_details",
+)
+
+
+def _bad(message: str) -> InvalidRequest:
+    return InvalidRequest(message)
+
+
+def _stream_name(path: str) -> str:
+    if not path or path.startswith("/") or path.endswith("/"):
+        raise _bad("invalid stream name")
+    if len(path.encode()) > MAX_NAME_BYTES or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise _bad(f"invalid stream name (at most {MAX_NAME_BYTES} bytes, no control characters)")
+    return path
+
+
+def _split(path: str) -> tuple[str, str | None, str | None]:
+    """(stream name, subresource, routing key) of the part of the path after /v1/stream/."""
+    if "/pk/" in path:
+        name, _, key = path.rpartition("/pk/")
+        return _stream_name(name), None, key
+    head, _, last = path.rpartition("/")
+    if head and last in SUBRESOURCES:
+        return _stream_name(head), last, None
+    return _stream_name(path), None, None
+
+
+async def _capped(aw: Awaitable[T], seconds: float = RESOLVER_TIMEOUT_S) -> T:
+    try:
+        return await asyncio.wait_for(aw, seconds)
+    except TimeoutError:
+        raise RequestTimeout() from None
+
+
+def _wire(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except WireError as exc:
+        raise _bad(str(exc)) from None
+
+
+def _one_param(request: Request, name: str) -> str | None:
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise _bad(f"{name} given more than once")
+    return values[0] if values else None
+
+
+def _location(request: Request, name: str) -> str:
+    base = str(request.base_url).rstrip("/")
+    root = request.scope.get("root_path", "")
+    return f"{base}{root}{PREFIX}{quote(name, safe='/')}"
+
+
+def _stream_headers(head: Head, state: StreamState, tail: int | None = None) -> dict[str, str]:
+    t = head.head_seq if tail is None else tail
+    headers = {
+        "Content-Type": state.content_type,
+        "Stream-Next-Offset": encode_offset(head.epoch, t),
+    }
+    if state.closed:
+        headers["Stream-Closed"] = "true"
+    return headers
+
+
+def _written_headers(w: Written) -> dict[str, str]:
+    headers = {"Stream-Next-Offset": w.next_offset}
+    if w.state.closed:
+        headers["Stream-Closed"] = "true"
+    if w.producer is not None:
+        headers["Producer-Epoch"] = str(w.producer[0])
+        headers["Producer-Seq"] = str(w.producer[1])
+    return headers
+
+
+# --- bodies --------------------------------------------------------------------------------
+async def _body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_APPEND_BYTES:
+        raise PayloadTooLarge(f"append body over {MAX_APPEND_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_APPEND_BYTES:
+            raise PayloadTooLarge(f"append body over {MAX_APPEND_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _entries(
+    body: bytes, content_type: str, key: str | None, *, allow_empty_array: bool
+) -> list[Entry]:
+    """One entry per element of a JSON array body (one level flattened; a non-array JSON body
+    is one entry), or the whole body as one entry."""
+    if not body:
+        return []
+    if not is_json_type(content_type):
+        return [Entry(body, key)]
+    try:
+        value = jsoncodec.loads(body)
+    except ValueError:
+        raise _bad("body is not valid JSON") from None
+    items = value if isinstance(value, list) else [value]
+    if not items and not allow_empty_array:
+        raise _bad("a JSON append needs at least one value (got [])")
+    return [Entry(jsoncodec.dumps(v), key) for v in items]
+
+
+def _key_header(request: Request) -> str | None:
+    key = request.headers.get("stream-key")
+    if key is not None and (not key or len(key.encode()) > MAX_KEY_BYTES):
+        raise _bad(f"Stream-Key must be 1..{MAX_KEY_BYTES} bytes")
+    return key
+
+
+def _ts_hint(request: Request) -> int | None:
+    raw = request.headers.get("stream-timestamp")
+    return None if raw is None else _wire(parse_timestamp, raw, "Stream-Timestamp")
+
+
+def _closed_flag(request: Request) -> bool:
+    raw = request.headers.get("stream-closed")
+    if raw is None:
+        return False
+    if raw.strip().lower() not in ("true", "false"):
+        raise _bad("Stream-Closed must be true or false")
+    return raw.strip().lower() == "true"
+
+
+# --- routes --------------------------------------------------------------------------------
+@router.get("/v1/streams")
+async def list_streams(request: Request) -> Response:
+    svc = services(request)
+    authorize(request, svc, "read")
+    limit_raw = _one_param(request, "limit")
+    limit = 1000
+    if limit_raw is not None:
+        if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= 10_000:
+            raise _bad("limit must be an integer 1..10000")
+        limit = int(limit_raw)
+    after = _one_param(request, "after")
+    page, next_after = await _capped(svc.streams.list_streams(after, limit))
+    headers = {"Cache-Control": "no-store"}
+    if next_after is not None:
+        headers["Stream-List-Next-After"] = quote(next_after, safe="")
+    body = jsoncodec.dumps([descriptor(h, s) for h, s in page])
+    return Response(body, 200, headers=headers, media_type="application/json")
+
+
+@router.api_route("/v1/stream/{path:path}", methods=["PUT", "POST", "GET", "HEAD", "DELETE"])
+async def stream_resource(request: Request, path: str) -> Response:
+    svc = services(request)
+    if svc.shutting_down:
+        raise HeadwaterError(
+            "server is shutting down",
+            status=503,
+            code="shutting_down",
+            headers={"Retry-After": "5"},
+        )
+    name, sub, key = _split(path)
+    method = request.method
+    if sub is not None:
+        if sub == "_profile":
+            return await _profile(request, svc, name)
+        raise NotFound(f"{sub} is not available on this server yet")
+    if method == "PUT":
+        authorize(request, svc, "write", name=name)
+        return await _capped(_create(request, svc, name))
+    if method == "POST":
+        authorize(request, svc, "write", name=name)
+        return await _capped(_append(request, svc, name))
+    if method == "DELETE":
+        authorize(request, svc, "delete", name=name)
+        await _capped(svc.streams.delete(name))
+        return Response(status_code=204)
+    authorize(request, svc, "read", name=name)
+    if method == "HEAD":
+        return await _capped(_head(svc, name))
+    return await _read(request, svc, name, key)
+
+
+async def _create(request: Request, svc: Services, name: str) -> Response:
+    h = request.headers
+    ttl_raw, exp_raw = h.get("stream-ttl"), h.get("stream-expires-at")
+    if ttl_raw is not None and exp_raw is not None:
+        raise _bad("give at most one of Stream-TTL and Stream-Expires-At")
+    ttl_ms = _wire(parse_ttl, ttl_raw) if ttl_raw is not None else 0
+    exp_ms = _wire(parse_expires_at, exp_raw) if exp_raw is not None else 0
+    if "stream-forked-from" in h or "stream-fork-offset" in h or "stream-fork-sub-offset" in h:
+        raise HeadwaterError(
+            "stream forks are not supported by this server yet", status=501, code="not_implemented"
+        )
+    content_type = h.get("content-type") or DEFAULT_CONTENT_TYPE
+    cfg = StreamConfig(content_type.strip(), ttl_ms, exp_ms, exp_raw or "")
+    body = await _body(request)
+    entries = _entries(body, content_type, _key_header(request), allow_empty_array=True)
+    w = await svc.streams.create(
+        name, cfg, entries, close=_closed_flag(request), ts_hint=_ts_hint(request)
+    )
+    headers = _written_headers(w)
+    headers["Content-Type"] = w.state.content_type
+    if w.created:
+        headers["Location"] = _location(request, name)
+    return Response(status_code=201 if w.created else 200, headers=headers)
+
+
+async def _append(request: Request, svc: Services, name: str) -> Response:
+    h = request.headers
+    producer = _wire(parse_producer, h)
+    close = _closed_flag(request)
+    stream_seq = h.get("stream-seq")
+    body = await _body(request)
+    content_type = h.get("content-type")
+    if not body and not close:
+        raise _bad("empty append body (send Stream-Closed: true to close the stream)")
+    if body and not content_type:
+        raise _bad("an append needs a Content-Type")
+    entries = (
+        _entries(body, content_type or "", _key_header(request), allow_empty_array=False)
+        if body
+        else []
+    )
+    op = svc.streams.append(
+        name,
+        entries,
+        content_type=content_type if body else None,
+        stream_seq=stream_seq,
+        producer=producer,
+        close=close,
+        ts_hint=_ts_hint(request),
+    )
+    task = asyncio.ensure_future(op)
+    try:
+        w = await asyncio.wait_for(asyncio.shield(task), APPEND_TIMEOUT_S)
+    except TimeoutError:
+        raise AppendTimeout() from None  # the append may still complete (reported as unknown)
+    # A new write by an idempotent producer answers 200 with the producer echo; a plain
+    # append, a duplicate and a close-only write answer 204.
+    status = 200 if producer is not None and w.appended else 204
+    return Response(status_code=status, headers=_written_headers(w))
+
+
+async def _head(svc: Services, name: str) -> Response:
+    head, state = await svc.streams.lookup(name)
+    headers = _stream_headers(head, state)
+    headers["Stream-End-Offset"] = headers["Stream-Next-Offset"]
+    headers["Cache-Control"] = "no-store"
+    if state.ttl_ms:
+        headers["Stream-TTL"] = str(state.ttl_ms // 1000)
+    if state.expires_text:
+        headers["Stream-Expires-At"] = state.expires_text
+    return Response(status_code=200, headers=headers)
+
+
+async def _profile(request: Request, svc: Services, name: str) -> Response:
+    if request.method == "GET":
+        authorize(request, svc, "read", name=name)
+        _, state = await _capped(svc.streams.lookup(name))
+        body = {
+            "apiVersion": "durable.streams/profile/v1",
+            "profile": state.profile or {"kind": "generic"},
+        }
+        return Response(jsoncodec.dumps(body), 200, media_type="application/json")
+    raise HeadwaterError(
+        "profile updates are not supported by this server yet", status=501, code="not_implemented"
+    )
+
+
+# --- reads ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _ReadPlan:
+    after: Offset | None = None
+    now: bool = False
+    live: str | None = None
+    timeout_ms: int = LONG_POLL_DEFAULT_MS
+    fmt_json: bool = False
+    key: str | None = None
+    since: int | None = None
+    offset_given: bool = False
+
+
+def _plan(request: Request, key_from_path: str | None) -> _ReadPlan:
+    plan = _ReadPlan()
+    offset = _one_param(request, "offset")
+    live = _one_param(request, "live")
+    if live is not None:
+        if live in ("true", "long-poll"):
+            plan.live = "long-poll"
+        elif live == "sse":
+            plan.live = "sse"
+        elif live != "false":
+            raise _bad("live must be true, long-poll or sse")
+    since = _one_param(request, "since")
+    if since is not None:
+        plan.since = _wire(parse_timestamp, since, "since")
+    plan.offset_given = offset is not None
+    if offset is None:
+        if plan.live is not None and since is None:
+            raise _bad("live reads need an offset")
+    elif offset == "now":
+        plan.now = True
+    else:
+        try:
+            decoded = decode_offset(offset)
+        except OffsetError as exc:
+            raise _bad(str(exc)) from None
+        plan.after = None if decoded is START else decoded  # type: ignore[assignment]
+    timeout = _one_param(request, "timeout")
+    if timeout is not None:
+        plan.timeout_ms = _wire(parse_timeout_ms, timeout)
+    fmt = _one_param(request, "format")
+    if fmt is not None and fmt != "json":
+        raise _bad("format must be json")
+    plan.fmt_json = fmt == "json"
+    key = _one_param(request, "key")
+    plan.key = key_from_path if key_from_path is not None else key
+    if plan.key is not None and (not plan.key or len(plan.key.encode()) > MAX_KEY_BYTES):
+        raise _bad(f"key must be 1..{MAX_KEY_BYTES} bytes")
+    return plan
+
+
+async def _start_seq(plan: _ReadPlan, head: Head, streams: DurableStreams) -> int:
+    if plan.now:
+        return head.head_seq
+    if plan.since is not None and plan.offset_given is False:
+        return await streams.engine.seek_time(head, plan.since)
+    if plan.after is None:
+        return 0
+    off = plan.after
+    if off.epoch < head.epoch:
+        raise OffsetGone(
+            "the offset belongs to an earlier incarnation of this stream (deleted and created"
+            " again); read from -1",
+            headers={"Stream-Next-Offset": encode_offset(head.epoch, 0)},
+        )
+    if off.epoch > head.epoch or off.seq > head.head_seq or off.in_block != 0:
+        raise _bad("offset is beyond the end of the stream")
+    return off.seq
+
+
+def _payload(state: StreamState, rr: RangeRead, fmt_json: bool) -> bytes:
+    if is_json_type(state.content_type):
+        return b"[" + b",".join(r.data_raw for r in rr.records) + b"]"
+    return b"".join(r.data_raw for r in rr.records)
+
+
+async def _read(request: Request, svc: Services, name: str, key: str | None) -> Response:
+    plan = _plan(request, unquote(key) if key is not None else None)
+    streams = svc.streams
+    head, state = await _capped(streams.lookup(name))
+    if plan.fmt_json and not is_json_type(state.content_type):
+        raise _bad("format=json needs an application/json stream")
+    start = await _start_seq(plan, head, streams)
+    await streams.touch(head, state)
+    cursor = stream_cursor(streams.clock(), _one_param(request, "cursor"))
+    if plan.live == "sse":
+        return _sse(request, streams, head, state, start, plan.key, cursor)
+    if plan.live == "long-poll":
+        return await _capped(_long_poll(request, streams, head, state, start, plan, cursor))
+    rr = await _capped(streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, plan.key))
+    return _page(request, rr.head, state, start, rr, plan, cursor, live=False)
+
+
+def _page(
+    request: Request,
+    head: Head,
+    state: StreamState,
+    start: int,
+    rr: RangeRead,
+    plan: _ReadPlan,
+    cursor: str,
+    *,
+    live: bool,
+) -> Response:
+    next_seq = max(rr.next_seq, start)
+    up_to_date = next_seq >= head.head_seq
+    closed = state.closed and up_to_date
+    headers = {
+        "Content-Type": state.content_type,
+        "Stream-Next-Offset": encode_offset(head.epoch, next_seq),
+        "Stream-End-Offset": encode_offset(head.epoch, head.head_seq),
+        "Stream-Cursor": cursor,
+    }
+    if up_to_date:
+        headers["Stream-Up-To-Date"] = "true"
+    if closed:
+        headers["Stream-Closed"] = "true"
+    if live or plan.now:
+        headers["Cache-Control"] = "no-store"
+    else:
+        etag = slice_etag(
+            encode_offset(head.epoch, start) if plan.after is not None else "-1",
+            headers["Stream-Next-Offset"],
+            plan.key,
+            "json" if is_json_type(state.content_type) else "raw",
+            None,
+            closed,
+        )
+        headers["ETag"] = etag
+        # A page short of the tail is immutable; a page that reached the tail is not (the
+        # same URL returns more once more is appended), so caches revalidate it.
+        headers["Cache-Control"] = "no-cache" if up_to_date else "immutable, max-age=31536000"
+        if etag_matches(request.headers.get("if-none-match"), etag):
+            return Response(status_code=304, headers=headers)
+    return Response(_payload(state, rr, plan.fmt_json), 200, headers=headers)
+
+
+async def _long_poll(
+    request: Request,
+    streams: DurableStreams,
+    head: Head,
+    state: StreamState,
+    start: int,
+    plan: _ReadPlan,
+    cursor: str,
+) -> Response:
+    deadline = time.monotonic() + min(plan.timeout_ms, LONG_POLL_CAP_MS) / 1000
+    while True:
+        if start < head.head_seq:
+            rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, plan.key)
+            if rr.records or state.closed:
+                return _page(request, rr.head, state, start, rr, plan, cursor, live=True)
+            start = rr.next_seq  # only entries of other keys: keep waiting past them
+        if state.closed:
+            break
+        moved = await streams.wait(head, deadline - time.monotonic())
+        if moved is None:
+            break
+        head, state = moved
+    headers = {
+        "Stream-Next-Offset": encode_offset(head.epoch, max(start, 0)),
+        "Stream-Up-To-Date": "true",
+        "Stream-Cursor": cursor,
+        "Cache-Control": "no-store",
+        "Content-Type": state.content_type,
+    }
+    if state.closed:
+        headers["Stream-Closed"] = "true"
+        headers.pop("Stream-Cursor")
+    return Response(status_code=204, headers=headers)
+
+
+def _sse(
+    request: Request,
+    streams: DurableStreams,
+    head: Head,
+    state: StreamState,
+    start: int,
+    key: str | None,
+    cursor: str,
+) -> Response:
+    encoding = sse_encoding(state.content_type)
+
+    async def events() -> AsyncIterator[bytes]:
+        nonlocal head, state, start
+        ends = time.monotonic() + SSE_MAX_S
+        first = True
+        while time.monotonic() < ends:
+            if start < head.head_seq:
+                rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key)
+                start = max(rr.next_seq, start)
+                if rr.records:
+                    if encoding == "json":
+                        payload = b"[" + b",".join(r.data_raw for r in rr.records) + b"]"
+                    else:
+                        payload = b"".join(r.data_raw for r in rr.records)
+                    yield sse_data_event(payload, encoding)
+                    yield _control(head, state, start, cursor)
+                    first = False
+                    continue
+            if start >= head.head_seq and (first or state.closed):
+                yield _control(head, state, start, cursor)
+                first = False
+            if state.closed and start >= head.head_seq:
+                return
+            try:
+                moved = await streams.wait(head, min(SSE_IDLE_PING_S, ends - time.monotonic()))
+            except StreamNotFound:
+                return  # deleted (or expired) while watched: the stream ends
+            if moved is None:
+                yield b": ping\n\n"
+                continue
+            head, state = moved
+
+    headers = {
+        "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",
+        "Content-Type": "text/event-stream",
+    }
+    if encoding == "base64":
+        headers["Stream-SSE-Data-Encoding"] = "base64"
+    return StreamingResponse(events(), 200, headers=headers, media_type="text/event-stream")
+
+
+def _control(head: Head, state: StreamState, next_seq: int, cursor: str) -> bytes:
+    up_to_date = next_seq >= head.head_seq
+    fields: dict[str, object] = {"streamNextOffset": encode_offset(head.epoch, next_seq)}
+    if state.closed and up_to_date:
+        fields["streamClosed"] = True
+    else:
+        fields["streamCursor"] = cursor
+    if up_to_date:
+        fields["upToDate"] = True
+    return sse_control_event(fields)

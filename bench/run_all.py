@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Any
 
-from bench import bench_live, bench_queue, bench_tiering, bench_v0
+from bench import bench_durable, bench_live, bench_queue, bench_tiering, bench_v0
 
 
 def _ddblocal_available() -> bool:
@@ -83,6 +83,20 @@ def main(argv: list[str] | None = None) -> int:
             if not r["met"]
         ]
         errors += failed_requests(tiering)
+        print("\n######## bench durable (/v1 vs @durable-streams/server) on moto")
+        durable = bench_durable.main(forwarded)
+        missed += [
+            f"{wl}-vs-{ref}@durable"
+            for wl, row in durable["ratios"].items()
+            for ref, met in row.get("goals", {}).items()
+            if met is False
+        ]
+        errors += sum(
+            1
+            for by_target in durable["workloads"].values()
+            for r in by_target.values()
+            if not r["ok"]
+        )
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -183,6 +183,22 @@ def test_recorded_queue_events_round_trip(handler_module: ModuleType) -> None:
     assert _body(again)["acked"] == 0 and _body(again)["skipped"] == [1, 2]
 
 
+def test_recorded_durable_streams_events_round_trip(handler_module: ModuleType) -> None:
+    # /v1 catch-up reads and writes are buffered REST (Mangum); live reads use the stream URL.
+    handler, ctx = handler_module.handler, FakeLambdaContext()
+    created = handler(_event("50_ds_stream_put.json"), ctx)
+    assert created["statusCode"] in (200, 201), created
+    assert created["headers"]["content-type"] == "application/json"
+    appended = handler(_event("51_ds_append_post.json"), ctx)
+    assert appended["statusCode"] in (200, 204), appended
+    assert appended["headers"]["producer-seq"] == "0"
+    read = handler(_event("52_ds_read_get.json"), ctx)
+    assert read["statusCode"] == 200, read
+    assert json.loads(read["body"])[:3] == [{"id": 1}, {"id": 2}, {"id": 3}]
+    assert read["headers"]["stream-up-to-date"] == "true"
+    assert read["headers"]["x-content-type-options"] == "nosniff"
+
+
 def test_keys_come_from_the_ssm_parameter(handler_module: ModuleType) -> None:
     # GIVEN the keys parameter holds API_KEY WHEN a request carries another token THEN 401
     event = copy.deepcopy(_event("06_topics_list_get.json"))

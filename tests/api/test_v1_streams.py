@@ -9,6 +9,7 @@ import re
 
 import pytest
 from api_helpers import MakeClient
+from httpx import Response
 from starlette.testclient import TestClient
 
 from headwater.durable.offsets import Offset, decode_offset, encode_offset
@@ -35,6 +36,20 @@ def append_json(client: TestClient, name: str, *values: object, **headers: str) 
     )
     assert r.status_code == 204, r.text
     return r.headers["Stream-Next-Offset"]
+
+
+def producer_post(c: TestClient, name: str, body: str, epoch: int, seq: int) -> Response:
+    """A text append by idempotent producer "w"."""
+    return c.post(
+        url(name),
+        content=body,
+        headers={
+            "Content-Type": "text/plain",
+            "Producer-Id": "w",
+            "Producer-Epoch": str(epoch),
+            "Producer-Seq": str(seq),
+        },
+    )
 
 
 def decoded(text: str) -> Offset:
@@ -249,16 +264,7 @@ def test_producer_rules(client: TestClient) -> None:
     create(client, "prod", "text/plain")
 
     def send(body: str, epoch: int, seq: int) -> tuple[int, dict[str, str]]:
-        r = client.post(
-            url("prod"),
-            content=body,
-            headers={
-                "Content-Type": "text/plain",
-                "Producer-Id": "w",
-                "Producer-Epoch": str(epoch),
-                "Producer-Seq": str(seq),
-            },
-        )
+        r = producer_post(client, "prod", body, epoch, seq)
         return r.status_code, dict(r.headers)
 
     assert send("a", 0, 0)[0] == 200
@@ -361,17 +367,7 @@ def test_a_verdict_that_writes_nothing_is_judged_on_the_current_head(
     create(client, "fenced", "text/plain")
 
     def send(c: TestClient, body: str, epoch: int, seq: int) -> int:
-        r = c.post(
-            url("fenced"),
-            content=body,
-            headers={
-                "Content-Type": "text/plain",
-                "Producer-Id": "w",
-                "Producer-Epoch": str(epoch),
-                "Producer-Seq": str(seq),
-            },
-        )
-        return r.status_code
+        return producer_post(c, "fenced", body, epoch, seq).status_code
 
     assert send(client, "a", 0, 0) == 200  # A's cache now holds producer w at (0, 0)
     assert send(other, "b", 1, 0) == 200  # B moves w to epoch 1

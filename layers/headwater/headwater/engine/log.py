@@ -177,14 +177,7 @@ class LogEngine:
             head = self.heads.get(topic)
             if head is None or head.deleted:
                 new = self._fresh_head(topic, head, topic_config.resolve(patch))
-                self.quota_reserve(TOPICS, 1)
-                created = False
-                try:
-                    created = self.heads.create(new, replacing=head)
-                finally:
-                    if not created:
-                        self.quota_release(TOPICS, 1)
-                if created:
+                if self._create_head(new, head):
                     return new, True
                 continue
             if "type" in patch and patch["type"] != head.config.get("type", "log"):
@@ -199,6 +192,18 @@ class LogEngine:
                 self._head_cache.pop(topic, None)
                 return dataclasses.replace(head, config=merged), False
         raise StorageUnavailable("topic configure kept conflicting; retry")
+
+    def _create_head(self, new: Head, replacing: Head | None) -> bool:
+        """Put a new head (over a deleted marker, if any) holding a max_topics slot, which
+        is given back if another writer won the race."""
+        self.quota_reserve(TOPICS, 1)
+        created = False
+        try:
+            created = self.heads.create(new, replacing=replacing)
+        finally:
+            if not created:
+                self.quota_release(TOPICS, 1)
+        return created
 
     def quota_reserve(self, name: str, amount: int) -> None:
         if self.quotas is not None:
@@ -1080,16 +1085,10 @@ class LogEngine:
             new = dataclasses.replace(
                 self._fresh_head(topic, replacing, topic_config.resolve({})), ext=ext
             )
-            self.quota_reserve(TOPICS, 1)
-            created = False
-            try:
-                created = self.heads.create(new, replacing=replacing)
-            finally:
-                if not created:
-                    self.quota_release(TOPICS, 1)
-            if created:
-                self.known.note(new)
-            return new if created else None
+            if not self._create_head(new, replacing):
+                return None
+            self.known.note(new)
+            return new
 
         head = await self._io(run)
         if head is not None:

@@ -416,7 +416,8 @@ async def _start_seq(plan: _ReadPlan, head: Head, streams: DurableStreams) -> in
     return off.seq
 
 
-def _payload(state: StreamState, rr: RangeRead, fmt_json: bool) -> bytes:
+def _payload(state: StreamState, rr: RangeRead) -> bytes:
+    """A JSON stream's entries as one JSON array; a byte stream's, concatenated."""
     if is_json_type(state.content_type):
         return b"[" + b",".join(r.data_raw for r in rr.records) + b"]"
     return b"".join(r.data_raw for r in rr.records)
@@ -480,7 +481,7 @@ def _page(
         headers["Cache-Control"] = "no-cache" if up_to_date else "immutable, max-age=31536000"
         if etag_matches(request.headers.get("if-none-match"), etag):
             return Response(status_code=304, headers=headers)
-    return Response(_payload(state, rr, plan.fmt_json), 200, headers=headers)
+    return Response(_payload(state, rr), 200, headers=headers)
 
 
 async def _long_poll(
@@ -538,11 +539,7 @@ def _sse(
                 rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key)
                 start = max(rr.next_seq, start)
                 if rr.records:
-                    if encoding == "json":
-                        payload = b"[" + b",".join(r.data_raw for r in rr.records) + b"]"
-                    else:
-                        payload = b"".join(r.data_raw for r in rr.records)
-                    yield sse_data_event(payload, encoding)
+                    yield sse_data_event(_payload(state, rr), encoding)
                     yield _control(head, state, start, cursor)
                     first = False
                     continue

@@ -73,7 +73,9 @@ def test_many_readers_of_one_topic_share_one_poll_and_read_no_heads(
     # 20 readers, one topic: the hub's polls (one BatchGetItem each) are the only head reads;
     # none of the 20 wake-ups did a GetItem of the head.
     assert reader_calls["GetItem"] == 0, reader_calls
-    assert reader_calls["BatchGetItem"] == polls, (reader_calls, polls)
+    # (A poll counts itself before its call returns: one may straddle either end of the
+    # measured window.)
+    assert abs(reader_calls["BatchGetItem"] - polls) <= 1, (reader_calls, polls)
     assert polls <= 20  # bounded by time (50 ms polls), not by the number of readers
     writer.close()
     reader.close()

@@ -6,7 +6,10 @@ stream through TWO Headwater server processes that share one emulator.
 * racing Stream-Seq writers: each accepted seq lands exactly once, in strictly increasing
   order, and everything else is a 409 that appends nothing;
 * a close racing appends: every 204 is in the stream, nothing after the close is, and
-  appends after the close answer 409 with Stream-Closed: true."""
+  appends after the close answer 409 with Stream-Closed: true;
+* forks racing appends to their source and its delete: each fork holds exactly the source's
+  entries up to its fork point, and the deleted source is kept while any fork reads from
+  it and reclaimed when the last one goes (no reference lost or counted twice)."""
 
 from __future__ import annotations
 
@@ -346,3 +349,98 @@ def test_close_racing_appends_keeps_every_acknowledged_append_and_nothing_after(
     head = httpx.head(_stream_url(urls[0], name), timeout=30)
     assert head.headers.get("stream-closed") == "true"
     assert head.headers.get("stream-next-offset") == close_offset
+
+
+# --- 4. forks racing appends to their source and its delete ----------------------------------
+FORKERS = 4
+FORKS_PER_FORKER = 12
+DELETE_AFTER_FORKS = 20
+SOURCE_APPENDS = 400
+
+
+def _fork_role(args: tuple[int, list[str], str, int]) -> list[Any]:
+    """Role 0 appends {"n": k} to the source, role 1 deletes it once enough forks exist, the
+    rest fork it at its tail on random servers: (fork name, status, PUT Stream-Next-Offset)."""
+    role, urls, src, seed = args
+    rng = random.Random(seed)
+    out: list[Any] = []
+    _shared["barrier"].wait()
+    with httpx.Client(timeout=30) as http:
+        if role == 0:
+            for k in range(SOURCE_APPENDS):
+                body = json.dumps([{"n": k}])
+                r = http.post(_stream_url(rng.choice(urls), src), headers=JSON, content=body)
+                out.append(r.status_code)
+                if r.status_code != 204:
+                    break
+            return out
+        if role == 1:
+            deadline = time.monotonic() + 60
+            while _shared["accepted"].value < DELETE_AFTER_FORKS and time.monotonic() < deadline:
+                time.sleep(0.01)
+            out.append(http.delete(_stream_url(rng.choice(urls), src)).status_code)
+            return out
+        for i in range(FORKS_PER_FORKER):
+            name = f"{src}-f{role}-{i}"
+            r = http.put(
+                _stream_url(rng.choice(urls), name),
+                headers={"Stream-Forked-From": f"/v1/stream/{src}"},
+            )
+            if r.status_code == 201:
+                with _shared["accepted"].get_lock():
+                    _shared["accepted"].value += 1
+            out.append((name, r.status_code, r.headers.get("stream-next-offset")))
+    return out
+
+
+def test_forks_racing_appends_and_the_source_delete_keep_their_history(
+    start_servers: Callable[..., list[ServerProcess]],
+) -> None:
+    urls = [s.url for s in start_servers(2)]
+    src = f"ds-fork-{uuid.uuid4().hex[:8]}"
+    _create(_stream_url(urls[0], src))
+    roles = FORKERS + 2
+
+    # WHEN 4 processes fork a stream at its tail while a 5th appends to it and a 6th deletes
+    # it after 20 forks exist
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(
+        roles, initializer=_init_worker, initargs=(ctx.Value("i", 0), ctx.Barrier(roles))
+    ) as pool:
+        results = pool.map(_fork_role, [(r, urls, src, 900 + r) for r in range(roles)], chunksize=1)
+    appends, (delete_status,) = results[0], results[1]
+    forks = [f for res in results[2:] for f in res]
+
+    # THEN the delete succeeded, and appends were accepted until it (then 410: soft-deleted)
+    assert delete_status == 204
+    assert set(appends[:-1]) <= {204} and appends[-1] in (204, 410), Counter(appends)
+    made = [(name, nxt) for name, status, nxt in forks if status == 201]
+    assert len(made) >= DELETE_AFTER_FORKS
+    # ...every fork either succeeded or was refused because the source was deleted
+    assert {status for _, status, _ in forks} <= {201, 409}, Counter(s for _, s, _ in forks)
+
+    # ...each fork holds exactly the source's entries up to its fork point: a gapless prefix
+    for i, (name, nxt) in enumerate(made):
+        log, last = _read_all(urls[i % 2], name)
+        assert log == [{"n": k} for k in range(len(log))], name
+        assert last.headers["stream-next-offset"] == nxt, name
+
+    # ...the deleted source is kept (410) while any fork still reads it, and reclaimed (404)
+    # when the last fork goes: no reference was lost or counted twice
+    with httpx.Client(timeout=30) as http:
+        assert http.head(_stream_url(urls[0], src)).status_code == 410
+        *most, (last_fork, _) = made
+        with ctx.Pool(4) as pool:
+            deleted = pool.map(_delete, [(urls[i % 2], n) for i, (n, _) in enumerate(most)])
+        assert set(deleted) == {204}, Counter(deleted)
+        assert http.head(_stream_url(urls[1], src)).status_code == 410
+        assert http.get(_stream_url(urls[1], last_fork), params={"offset": "-1"}).status_code == 200
+        assert http.delete(_stream_url(urls[0], last_fork)).status_code == 204
+        assert http.head(_stream_url(urls[0], src)).status_code == 404
+        assert http.head(_stream_url(urls[1], src)).status_code == 404
+        assert http.put(_stream_url(urls[1], src), headers=JSON).status_code == 201
+
+
+def _delete(args: tuple[str, str]) -> int:
+    base, name = args
+    return httpx.delete(_stream_url(base, name), timeout=30).status_code

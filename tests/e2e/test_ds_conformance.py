@@ -1,9 +1,8 @@
 """The public Durable Streams conformance suite (@durable-streams/server-conformance-tests,
 run by vitest through tests/conformance/run.sh) against a real Headwater server process.
 
-Stream forks (the "Fork - ..." groups) are a known, documented gap: PUT with
-Stream-Forked-From answers 501. Every other test must pass. The 6 "Reserved subscription
-APIs" tests are opt-in (DS_SUBSCRIPTIONS=1) and are reported as skipped, not failed."""
+Every test must pass. The 6 "Reserved subscription APIs" tests are opt-in
+(DS_SUBSCRIPTIONS=1) and are reported as skipped, not failed."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_SH = REPO / "tests" / "conformance" / "run.sh"
 SUITE_PKG = REPO / "node_modules" / "@durable-streams" / "server-conformance-tests"
 VITEST_BIN = REPO / "node_modules" / ".bin" / "vitest"
-KNOWN_GAP_PREFIX = "Fork"  # stream forks are not implemented yet (501)
 MIN_TESTS = 300
 RUN_TIMEOUT_S = 540
 
@@ -62,10 +60,6 @@ def _results(report: dict[str, Any]) -> list[Result]:
     return out
 
 
-def _is_known_gap(r: Result) -> bool:
-    return r.group.startswith(KNOWN_GAP_PREFIX)
-
-
 def _summary(results: list[Result], elapsed_s: float) -> str:
     by_status = Counter(r.status for r in results)
     failed_by_group: dict[str, list[Result]] = defaultdict(list)
@@ -81,8 +75,7 @@ def _summary(results: list[Result], elapsed_s: float) -> str:
     if failed_by_group:
         lines.append("failures by group:")
         for group, rs in sorted(failed_by_group.items()):
-            tag = " (known gap: forks not implemented)" if group.startswith("Fork") else ""
-            lines.append(f"  {group}: {len(rs)}{tag}")
+            lines.append(f"  {group}: {len(rs)}")
     skipped_groups = Counter(r.group for r in results if r.status in ("skipped", "pending", "todo"))
     if skipped_groups:
         lines.append(
@@ -111,7 +104,7 @@ def _require_node() -> str:
     return npx
 
 
-def test_durable_streams_conformance_suite_passes_except_forks(
+def test_durable_streams_conformance_suite_passes(
     start_servers: Callable[..., list[ServerProcess]], tmp_path: Path
 ) -> None:
     _require_node()
@@ -161,14 +154,10 @@ def test_durable_streams_conformance_suite_passes_except_forks(
     ]
     assert not unexpected_status, [(r.path, r.status) for r in unexpected_status]
 
-    # THEN nothing outside the known fork gap fails
-    regressions = [r for r in results if r.status == "failed" and not _is_known_gap(r)]
-    details = "\n".join(f"  FAIL {r.path}\n       {r.message}" for r in regressions)
-    assert not regressions, (
-        f"{len(regressions)} conformance test(s) failed outside the Fork groups:\n"
-        f"{details}\n\n{summary}"
-    )
-    # ...and vitest's own counts agree with the per-test results
-    assert report.get("numFailedTests", 0) == sum(r.status == "failed" for r in results)
-    # (a 0 exit would also be fine once forks land; otherwise vitest exits 1 for the forks)
-    assert proc.returncode in (0, 1), f"vitest exit {proc.returncode}:\n{output_tail}"
+    # THEN no test fails
+    failures = [r for r in results if r.status == "failed"]
+    details = "\n".join(f"  FAIL {r.path}\n       {r.message}" for r in failures)
+    assert not failures, f"{len(failures)} conformance test(s) failed:\n{details}\n\n{summary}"
+    # ...vitest's own counts agree with the per-test results, and it exits 0
+    assert report.get("numFailedTests", 0) == 0
+    assert proc.returncode == 0, f"vitest exit {proc.returncode}:\n{output_tail}"

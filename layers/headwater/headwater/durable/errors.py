@@ -13,6 +13,17 @@ class StreamNotFound(HeadwaterError):
         super().__init__(f"stream {name!r} does not exist")
 
 
+class StreamGone(HeadwaterError):
+    """A deleted stream kept for the forks that still read its entries (soft-deleted)."""
+
+    status, code = 410, "stream_gone"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"stream {name!r} was deleted; it is kept only while forks still read from it"
+        )
+
+
 class OffsetGone(HeadwaterError):
     """An offset of an earlier incarnation of the stream (deleted and created again)."""
 
@@ -25,6 +36,18 @@ class StreamConflict(HeadwaterError):
 
 class StreamExists(StreamConflict):
     code = "stream_exists"
+
+
+class StreamHeld(StreamConflict):
+    """A deleted stream's name is still held by forks that read from it."""
+
+    code = "stream_held_by_forks"
+
+
+class ForkSourceGone(StreamConflict):
+    """A fork of a stream that was deleted (kept only for the forks it already has)."""
+
+    code = "fork_source_deleted"
 
 
 class StreamClosed(StreamConflict):

@@ -8,30 +8,36 @@ the head read a guarded group makes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from headwater import jsoncodec
 from headwater.durable.errors import (
     ContentTypeMismatch,
+    ForkSourceGone,
     ProducerFenced,
     ProducerSeqGap,
     SeqConflict,
     StreamClosed,
     StreamExists,
+    StreamGone,
+    StreamHeld,
     StreamNotFound,
 )
-from headwater.durable.offsets import encode_offset
-from headwater.durable.state import StreamState, name_of, state_of, topic_of
-from headwater.durable.wire import Producer, media_type
+from headwater.durable.offsets import START, Offset, StartOfStream, encode_offset
+from headwater.durable.state import Fork, StreamState, name_of, state_of, topic_of
+from headwater.durable.wire import Producer, is_json_type, media_type
 from headwater.engine.log import LogEngine, wall_ms
-from headwater.engine.records import RECORD_OVERHEAD_BYTES, NewRecord, json_literal
+from headwater.engine.records import RECORD_OVERHEAD_BYTES, NewRecord, StoredRecord, json_literal
 from headwater.engine.values import Admit, AppendRequest, Guard, RangeRead, Settle
 from headwater.errors import InvalidRequest, StorageUnavailable, TopicNotFound
 from headwater.storage.ports import Head
 
 STATE_ATTEMPTS = 8
 RETRY = {"Retry-After": "1"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,18 @@ class StreamConfig:
             and self.ttl_ms == state.ttl_ms
             and self.expires_ms == state.expires_ms
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ForkRequest:
+    """PUT with Stream-Forked-From: the source, the fork point (None: the source's tail), the
+    sub-offset, and which settings the request gave (the rest are inherited)."""
+
+    src: str
+    offset: Offset | StartOfStream | None = None
+    sub: int = 0
+    content_type_given: bool = False
+    expiry_given: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +110,9 @@ class DurableStreams:
         """The live stream, strongly read; StreamNotFound when missing or expired."""
         head = await self.engine.head_of(topic_of(name), consistent=consistent)
         state = state_of(head)
-        if head is None or state is None or state.expired(head, self.clock()):
+        if head is None or state is None:
             raise StreamNotFound(name)
+        _check_live(name, head, state, self.clock())
         return head, state
 
     async def touch(self, head: Head, state: StreamState) -> None:
@@ -114,7 +133,7 @@ class DurableStreams:
         out = []
         for head in page.heads:
             state = state_of(head)
-            if state is not None and not state.expired(head, now):
+            if state is not None and not state.gone and not state.expired(head, now):
                 out.append((head, state))
         return out, name_of(page.next_after) if page.next_after else None
 
@@ -127,6 +146,7 @@ class DurableStreams:
         *,
         close: bool = False,
         ts_hint: int | None = None,
+        fork: ForkRequest | None = None,
     ) -> Written:
         topic = topic_of(name)
         for _ in range(STATE_ATTEMPTS):
@@ -134,10 +154,15 @@ class DurableStreams:
             state = state_of(head)
             now = self.clock()
             if head is not None and state is not None:
+                if state.held(head, now):
+                    raise StreamHeld(
+                        f"stream {name!r} was deleted but forks still read from it; the name"
+                        " is free once they are deleted"
+                    )
                 if state.expired(head, now):
-                    await self.engine.delete_topic(topic, if_empty=False)
+                    await self._drop(head, state)
                     continue
-                if not cfg.matches(state):
+                if not _same_config(state, cfg, fork):
                     raise StreamExists(
                         f"stream {name!r} exists with a different configuration",
                         headers={"Stream-Next-Offset": encode_offset(head.epoch, head.head_seq)},
@@ -152,30 +177,139 @@ class DurableStreams:
                 access_ms=now,
                 closed=close,
             )
-            if not entries:
-                replacing = head if head is not None and head.deleted else None
-                made = await self.engine.create_with_ext(topic, fresh.dump(), replacing)
-                if made is not None:
-                    return Written(made.epoch, 0, fresh, created=True)
-                continue
-
-            def guard(
-                base: Head, ext: str, tail: int, fresh: StreamState = fresh
-            ) -> Admit | Settle:
-                if ext:
-                    return Settle()  # created meanwhile: compare configurations above
-                return Admit(fresh.dump(), note=base.epoch)
-
-            res = await self.engine.append(
-                topic,
-                AppendRequest(_records(entries), create=True, guard=guard, ts_hint=ts_hint),
+            made = (
+                await self._create_fork(topic, head, fresh, fork, entries, ts_hint)
+                if fork is not None
+                else await self._create_topic(topic, head, fresh, entries, ts_hint)
             )
-            if res.deduped:
-                continue
-            return Written(int(res.note), res.last_seq, fresh, created=True, appended=True)
+            if made is not None:
+                return made
         raise StorageUnavailable(
             "stream create kept conflicting; retry", headers={"Retry-After": "1"}
         )
+
+    async def _create_topic(
+        self,
+        topic: str,
+        head: Head | None,
+        fresh: StreamState,
+        entries: list[Entry],
+        ts_hint: int | None,
+        base_seq: int = 0,
+    ) -> Written | None:
+        """Create the stream's topic (its log starting after `base_seq`) with its first
+        entries, atomically; None if another request created it first."""
+        if not entries:
+            replacing = head if head is not None and head.deleted else None
+            made = await self.engine.create_with_ext(topic, fresh.dump(), replacing, base_seq)
+            return None if made is None else Written(made.epoch, base_seq, fresh, created=True)
+
+        def guard(base: Head, ext: str, tail: int) -> Admit | Settle:
+            if ext:
+                return Settle()  # created meanwhile: the caller compares configurations
+            return Admit(fresh.dump(), note=base.epoch)
+
+        req = AppendRequest(
+            _records(entries), create=True, guard=guard, ts_hint=ts_hint, base_seq=base_seq
+        )
+        res = await self.engine.append(topic, req)
+        if res.deduped:
+            return None
+        return Written(int(res.note), res.last_seq, fresh, created=True, appended=True)
+
+    async def _create_fork(
+        self,
+        topic: str,
+        head: Head | None,
+        fresh: StreamState,
+        req: ForkRequest,
+        entries: list[Entry],
+        ts_hint: int | None,
+    ) -> Written | None:
+        """A fork: takes a reference on its source (so the source's entries outlive its
+        delete), then creates its own topic whose log continues the source's offsets."""
+        src_topic = topic_of(req.src)
+        for _ in range(STATE_ATTEMPTS):
+            src = await self.engine.head_of(src_topic)
+            src_state = state_of(src)
+            now = self.clock()
+            if src is None or src_state is None:
+                raise StreamNotFound(req.src)
+            if src_state.held(src, now):
+                raise ForkSourceGone(f"stream {req.src!r} was deleted; it cannot be forked")
+            if src_state.expired(src, now):
+                raise StreamNotFound(req.src)
+            if req.content_type_given and media_type(fresh.content_type) != media_type(
+                src_state.content_type
+            ):
+                raise ContentTypeMismatch(
+                    f"a fork keeps its source's content type ({src_state.content_type!r})"
+                )
+            off = _fork_point(req, src, src_state)
+            at, prefix = await self._sub_offset(req, src, src_state, off)
+            lineage: tuple[tuple[int, int], ...] = ((src.epoch, at),)
+            if src_state.fork is not None:
+                lineage += tuple((e, min(last, at)) for e, last in src_state.fork.lineage)
+            fork = Fork(req.src, src.epoch, at, off, req.sub, lineage)
+            state = replace(fresh, content_type=src_state.content_type, fork=fork)
+            if not req.expiry_given:
+                state = replace(
+                    state,
+                    ttl_ms=src_state.ttl_ms,
+                    expires_ms=src_state.expires_ms,
+                    expires_text=src_state.expires_text,
+                )
+            taken = replace(src_state, refs=src_state.refs + 1)
+            if await self.engine.put_ext(src, taken.dump()) is None:
+                continue  # the source moved: judge again
+            made: Written | None = None
+            try:
+                made = await self._create_topic(
+                    topic,
+                    head,
+                    state,
+                    prefix + entries,
+                    ts_hint,
+                    base_seq=at,
+                )
+            finally:
+                if made is None:
+                    await self._release(fork)
+            return made
+        raise StorageUnavailable("fork kept conflicting with its source; retry", headers=RETRY)
+
+    async def _sub_offset(
+        self, req: ForkRequest, src: Head, src_state: StreamState, off: int
+    ) -> tuple[int, list[Entry]]:
+        """(fork point, entries the fork starts with) for Stream-Fork-Sub-Offset: the first
+        `sub` bytes of the entry after the fork offset (byte streams: written as the fork's
+        first entry), or its first `sub` messages (JSON: each message is an entry here)."""
+        if not req.sub:
+            return off, []
+        if req.offset is None:
+            raise InvalidRequest("Stream-Fork-Sub-Offset needs Stream-Fork-Offset")
+        if off >= src.head_seq:
+            raise InvalidRequest("Stream-Fork-Sub-Offset: no entry starts at Stream-Fork-Offset")
+        if is_json_type(src_state.content_type):
+            if req.sub > src.head_seq - off:
+                raise InvalidRequest(
+                    f"Stream-Fork-Sub-Offset {req.sub} is past the end of the source stream"
+                )
+            rr = await self.read(src, off, req.sub, 1 << 40)
+            if len(rr.records) < req.sub:
+                raise InvalidRequest(
+                    f"Stream-Fork-Sub-Offset {req.sub} is past the {len(rr.records)} messages"
+                    " after Stream-Fork-Offset"
+                )
+            return off + req.sub, []
+        rr = await self.read(src, off, 1, 1)
+        rec = rr.records[0]
+        if req.sub > len(rec.data_raw):
+            raise InvalidRequest(
+                f"Stream-Fork-Sub-Offset {req.sub} is past the end of the entry"
+                f" ({len(rec.data_raw)} bytes)"
+            )
+        return off, [Entry(rec.data_raw[: req.sub], _key_of(rec))]
 
     # --- append / close -----------------------------------------------------------------
     def _guard(
@@ -192,8 +326,9 @@ class DurableStreams:
 
         def guard(head: Head, ext: str, tail: int) -> Admit | Settle:
             state = StreamState.load(ext) if ext else None
-            if state is None or state.expired(head, now):
+            if state is None:
                 raise StreamNotFound(name)
+            _check_live(name, head, state, now)
             at_tail = encode_offset(head.epoch, tail)
             known = state.producers.get(producer.id) if producer is not None else None
             if (
@@ -291,24 +426,123 @@ class DurableStreams:
 
     # --- delete -------------------------------------------------------------------------
     async def delete(self, name: str) -> None:
+        """Delete a stream. One that forks still read from is soft-deleted: it answers 410
+        (and its name stays taken) until its last fork is deleted, which deletes it."""
         topic = topic_of(name)
-        head = await self.engine.head_of(topic)
-        state = state_of(head)
-        if head is None or state is None:
-            raise StreamNotFound(name)
-        deleted = await self.engine.delete_topic(topic, if_empty=False)
-        if deleted is None or state.expired(head, self.clock()):
-            raise StreamNotFound(name)  # an expired stream is gone already; this reclaims it
+        for _ in range(STATE_ATTEMPTS):
+            head = await self.engine.head_of(topic)
+            state = state_of(head)
+            if head is None or state is None:
+                raise StreamNotFound(name)
+            if state.gone:
+                raise StreamGone(name)
+            expired = state.expired(head, self.clock())
+            if state.refs:
+                if await self.engine.put_ext(head, replace(state, gone=True).dump()) is None:
+                    continue
+                if expired:
+                    raise StreamGone(name)
+                return
+            if not await self._drop(head, state):
+                continue
+            if expired:
+                raise StreamNotFound(name)  # an expired stream is gone already; this reclaims it
+            return
+        raise StorageUnavailable("stream delete kept conflicting; retry", headers=RETRY)
+
+    async def _drop(self, head: Head, state: StreamState) -> bool:
+        """Delete an unreferenced stream's topic iff its state is still `head`'s (False:
+        it moved, decide again), then give back its reference on its fork source."""
+        if await self.engine.delete_topic(head.topic, if_empty=False, if_ext=head.ext) is None:
+            return False
+        if state.fork is not None:
+            await self._release(state.fork)
+        return True
+
+    async def _release(self, fork: Fork) -> None:
+        """Give back a fork's reference on its source; a deleted (or expired) source whose
+        last reference this was is deleted now, and so on up the chain."""
+        topic = topic_of(fork.src)
+        for _ in range(STATE_ATTEMPTS * 2):
+            head = await self.engine.head_of(topic)
+            state = state_of(head)
+            if head is None or state is None or head.epoch != fork.src_epoch:
+                return  # nothing holds a reference for it any more
+            left = replace(state, refs=max(0, state.refs - 1))
+            if not left.refs and (state.gone or state.expired(head, self.clock())):
+                if await self._drop(head, left):
+                    return
+                continue
+            if await self.engine.put_ext(head, left.dump()) is not None:
+                return
+        # The source keeps one reference too many: it is never reclaimed (410 until then).
+        log.warning("fork reference on %r not released: it kept conflicting", fork.src)
 
     # --- read ---------------------------------------------------------------------------
     async def read(
         self, head: Head, after: int, limit: int, max_bytes: int, key: str | None = None
     ) -> RangeRead:
+        """Entries after `after`: a fork's, up to its fork point, come from its source
+        (recursively), then its own."""
         tag = json_literal(key) if key is not None else None
         try:
-            return await self.engine.read_range(head.topic, after, limit, max_bytes, tag, head)
+            return await self._compose(head, after, head.head_seq, limit, max_bytes, tag)
         except TopicNotFound:
             raise StreamNotFound(name_of(head.topic)) from None
+
+    async def _compose(
+        self, head: Head, after: int, upto: int, limit: int, max_bytes: int, tag: bytes | None
+    ) -> RangeRead:
+        state = state_of(head)
+        fork = state.fork if state is not None else None
+        records: list[StoredRecord] = []
+        scanned = 0
+        nxt = after
+        if fork is not None and after < fork.at:
+            src = await self.engine.head_of(topic_of(fork.src), consistent=False)
+            if src is None or src.deleted or src.epoch != fork.src_epoch:
+                src = await self.engine.head_of(topic_of(fork.src))  # strongly, to be sure
+            if src is None or src.deleted or src.epoch != fork.src_epoch:
+                raise StorageUnavailable(
+                    f"the entries this fork inherits from {fork.src!r} are missing"
+                )
+            cap = min(fork.at, upto)
+            inherited = await self._compose(src, after, cap, limit, max_bytes, tag)
+            records, scanned, nxt = (
+                list(inherited.records),
+                inherited.scanned_bytes,
+                inherited.next_seq,
+            )
+            used = sum(len(r.data_raw) for r in records)
+            if nxt < cap or len(records) >= limit or used >= max_bytes:
+                return RangeRead(head, records, nxt, scanned)
+            limit, max_bytes = limit - len(records), max_bytes - used
+        if nxt >= min(upto, head.head_seq):
+            return RangeRead(head, records, max(nxt, after), scanned)
+        own = await self.engine.read_range(head.topic, nxt, limit, max_bytes, tag, head, upto)
+        if not records:
+            return own
+        nxt = own.next_seq
+        for rec in own.records:
+            if len(rec.data_raw) > max_bytes:
+                nxt = rec.seq - 1  # the page is full: the next read starts here
+                break
+            records.append(rec)
+            max_bytes -= len(rec.data_raw)
+        return RangeRead(own.head, records, nxt, scanned + own.scanned_bytes)
+
+    async def seek(self, head: Head, ts: int) -> int:
+        """The seq just before the first entry appended at or after `ts` (a fork's search
+        continues into its source when its own entries are all newer)."""
+        found = await self.engine.seek_time(head, ts)
+        state = state_of(head)
+        fork = state.fork if state is not None else None
+        if fork is None or found > fork.at:
+            return found
+        src = await self.engine.head_of(topic_of(fork.src), consistent=False)
+        if src is None or src.deleted or src.epoch != fork.src_epoch:
+            return found
+        return min(await self.seek(src, ts), fork.at)
 
     async def wait(self, head: Head, timeout_s: float) -> tuple[Head, StreamState] | None:
         """Wait for the stream to move past `head` (an append, closure): the stream as it
@@ -319,9 +553,60 @@ class DurableStreams:
         if moved is None:
             return None
         state = state_of(moved)
-        if state is None or moved.epoch != head.epoch or state.expired(moved, self.clock()):
+        if state is None or moved.epoch != head.epoch:
             raise StreamNotFound(name_of(head.topic))
+        _check_live(name_of(head.topic), moved, state, self.clock())
         return moved, state
+
+
+def _check_live(name: str, head: Head, state: StreamState, now: int) -> None:
+    """410 for a stream kept only for its forks, 404 for an expired one."""
+    if state.held(head, now):
+        raise StreamGone(name)
+    if state.expired(head, now):
+        raise StreamNotFound(name)
+
+
+def _same_config(state: StreamState, cfg: StreamConfig, fork: ForkRequest | None) -> bool:
+    """Whether a PUT repeats the existing stream's creation (200) rather than conflicting."""
+    if fork is None:
+        return cfg.matches(state)
+    f = state.fork
+    if f is None or f.src != fork.src or f.sub != fork.sub:
+        return False
+    if fork.offset is not None and _offset_seq(fork.offset) != f.off:
+        return False
+    if fork.content_type_given and media_type(cfg.content_type) != media_type(state.content_type):
+        return False
+    return not fork.expiry_given or (cfg.ttl_ms, cfg.expires_ms) == (
+        state.ttl_ms,
+        state.expires_ms,
+    )
+
+
+def _offset_seq(off: Offset | StartOfStream) -> int:
+    return 0 if off is START or not isinstance(off, Offset) else off.seq
+
+
+def _fork_point(req: ForkRequest, src: Head, state: StreamState) -> int:
+    """The source seq a fork starts after: its tail by default, else Stream-Fork-Offset,
+    which must be one of the source's own offsets (or an offset its lineage shares)."""
+    off = req.offset
+    if off is None:
+        return src.head_seq
+    if off is START or not isinstance(off, Offset) or (off.epoch, off.seq) == (0, 0):
+        return 0
+    ours = off.epoch == src.epoch and off.seq <= src.head_seq
+    inherited = state.fork is not None and state.fork.inherits(off.epoch, off.seq)
+    if off.in_block or not (ours or inherited):
+        raise InvalidRequest(
+            "Stream-Fork-Offset is not an offset of the source stream, or is past its end"
+        )
+    return off.seq
+
+
+def _key_of(rec: StoredRecord) -> str | None:
+    return None if rec.tag_json is None else str(jsoncodec.loads(rec.tag_json))
 
 
 def _check_producer(p: Producer, known: tuple[int, int] | None) -> None:

@@ -18,6 +18,47 @@ MAX_PRODUCERS = 4096  # per stream; the least recently used is forgotten past th
 
 
 @dataclass(frozen=True, slots=True)
+class Fork:
+    """Where a fork's entries up to `at` come from: stream `src` (incarnation `src_epoch`).
+
+    Offsets are shared along the chain: the fork's own entries continue the source's seqs
+    after `at`. `lineage` is every ancestor's (epoch, last seq this fork inherits from it),
+    so an offset an ancestor handed out before the fork point reads the same entries here."""
+
+    src: str
+    src_epoch: int
+    at: int
+    off: int = 0  # Stream-Fork-Offset as a seq (at differs with a JSON sub-offset)
+    sub: int = 0  # Stream-Fork-Sub-Offset as given (0: none), for idempotent re-creates
+    lineage: tuple[tuple[int, int], ...] = ()
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "src": self.src,
+            "se": self.src_epoch,
+            "at": self.at,
+            "off": self.off,
+            "sub": self.sub,
+            "lin": [list(p) for p in self.lineage],
+        }
+
+    @staticmethod
+    def load(raw: dict[str, Any]) -> Fork:
+        return Fork(
+            src=str(raw["src"]),
+            src_epoch=int(raw["se"]),
+            at=int(raw["at"]),
+            off=int(raw.get("off", raw["at"])),
+            sub=int(raw.get("sub", 0)),
+            lineage=tuple((int(e), int(s)) for e, s in raw.get("lin", ())),
+        )
+
+    def inherits(self, epoch: int, seq: int) -> bool:
+        """Whether (epoch, seq), an offset of some ancestor, names a point this fork shares."""
+        return any(epoch == e and seq <= last for e, last in self.lineage)
+
+
+@dataclass(frozen=True, slots=True)
 class StreamState:
     content_type: str
     created_ms: int
@@ -29,6 +70,9 @@ class StreamState:
     stream_seq: str | None = None  # last accepted Stream-Seq
     producers: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (epoch, seq)
     profile: dict[str, Any] | None = None
+    fork: Fork | None = None
+    refs: int = 0  # forks reading entries from this stream (it outlives its delete for them)
+    gone: bool = False  # deleted while forks still read from it: 410 until the last goes
 
     def dump(self) -> str:
         body: dict[str, Any] = {"ct": self.content_type, "cr": self.created_ms}
@@ -47,6 +91,12 @@ class StreamState:
             body["pr"] = {k: list(v) for k, v in self.producers.items()}
         if self.profile is not None:
             body["prof"] = self.profile
+        if self.fork is not None:
+            body["fk"] = self.fork.dump()
+        if self.refs:
+            body["refs"] = self.refs
+        if self.gone:
+            body["gone"] = True
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
     @staticmethod
@@ -63,6 +113,9 @@ class StreamState:
             stream_seq=raw.get("sq"),
             producers={k: (int(v[0]), int(v[1])) for k, v in raw.get("pr", {}).items()},
             profile=raw.get("prof"),
+            fork=Fork.load(raw["fk"]) if "fk" in raw else None,
+            refs=int(raw.get("refs", 0)),
+            gone=bool(raw.get("gone", False)),
         )
 
     def with_producer(self, pid: str, epoch: int, seq: int) -> StreamState:
@@ -75,6 +128,10 @@ class StreamState:
 
     def last_access(self, head: Head) -> int:
         return max(self.created_ms, self.access_ms, head.last_read_ts or 0)
+
+    def held(self, head: Head, now: int) -> bool:
+        """Deleted (or expired) but kept, because forks still read its entries."""
+        return self.gone or (self.refs > 0 and self.expired(head, now))
 
     def expired(self, head: Head, now: int) -> bool:
         if self.expires_ms and now >= self.expires_ms:

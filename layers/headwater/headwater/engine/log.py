@@ -213,11 +213,23 @@ class LogEngine:
         if self.quotas is not None:
             self.quotas.release(name, amount)
 
-    def _fresh_head(self, topic: str, old: Head | None, cfg: dict[str, Any]) -> Head:
+    def _fresh_head(
+        self, topic: str, old: Head | None, cfg: dict[str, Any], base_seq: int = 0
+    ) -> Head:
+        """A new, empty head; its log starts after `base_seq` (0 but for forks)."""
         epoch = old.epoch + 1 if old is not None else 1
         prev = old.prev_head_seq if old is not None else 0
         return Head(
-            topic=topic, epoch=epoch, config=cfg, created_ms=self.clock(), prev_head_seq=prev
+            topic=topic,
+            epoch=epoch,
+            config=cfg,
+            created_ms=self.clock(),
+            prev_head_seq=prev,
+            head_seq=base_seq,
+            earliest_seq=base_seq + 1,
+            evict_floor=base_seq + 1,
+            sealed_through=base_seq,
+            trimmed_through=base_seq,
         )
 
     async def get_topic(self, topic: str, *, touch: bool) -> Head:
@@ -274,20 +286,25 @@ class LogEngine:
             after = page.next_after
         return out, True
 
-    async def delete_topic(self, topic: str, *, if_empty: bool) -> Head | None:
-        """Delete a topic: the head as it was when deleted, or None if there was none."""
+    async def delete_topic(
+        self, topic: str, *, if_empty: bool, if_ext: str | None = None
+    ) -> Head | None:
+        """Delete a topic: the head as it was when deleted, or None if there was none (or,
+        with `if_ext`, if its ext no longer holds that: the caller's decision is stale)."""
 
         def run() -> Head | None:
             for _ in range(MAX_ATTEMPTS):
                 head = self.heads.get(topic)
                 if head is None or head.deleted:
                     return None
+                if if_ext is not None and head.ext != if_ext:
+                    return None
                 if if_empty and head.count > 0:
                     raise TopicNotEmpty(
                         f"topic {topic!r} has {head.count} records",
                         detail={"topic": topic, "count": head.count},
                     )
-                if self.heads.mark_deleted(head, if_empty=if_empty):
+                if self.heads.mark_deleted(head, if_empty=if_empty, if_ext=if_ext):
                     self.known.note(dataclasses.replace(head, deleted=True))
                     self.quota_release(TOPICS, 1)
                     self.quota_release(TOTAL_BYTES, head.bytes)
@@ -426,7 +443,7 @@ class LogEngine:
                 return None
             creator = live[0]
             cfg = topic_config.resolve(reqs[creator].config or {})
-            base = self._fresh_head(topic, head, cfg)
+            base = self._fresh_head(topic, head, cfg, reqs[creator].base_seq)
         else:
             assert head is not None
             base = head
@@ -596,7 +613,7 @@ class LogEngine:
             new_head = dataclasses.replace(
                 base,
                 head_seq=last,
-                earliest_seq=1,
+                earliest_seq=base.earliest_seq,
                 count=last - first + 1,
                 bytes=payload,
                 last_write_ts=now,
@@ -997,11 +1014,15 @@ class LogEngine:
         max_bytes: int,
         tag_json: bytes | None = None,
         head: Head | None = None,
+        upto: int | None = None,
     ) -> RangeRead:
-        """Stored records with seq > `after`, up to `limit` records or `max_bytes` payload
-        bytes (at least one record when any is left), only those tagged `tag_json` (a JSON
-        string literal) when given. `head` (read strongly by the caller) saves a read."""
-        return await self._io(self._read_range_sync, topic, after, limit, max_bytes, tag_json, head)
+        """Stored records with seq > `after` (and <= `upto`, when given), up to `limit`
+        records or `max_bytes` payload bytes (at least one record when any is left), only
+        those tagged `tag_json` (a JSON string literal) when given. `head` (read strongly by
+        the caller) saves a read."""
+        return await self._io(
+            self._read_range_sync, topic, after, limit, max_bytes, tag_json, head, upto
+        )
 
     def _read_range_sync(
         self,
@@ -1011,14 +1032,19 @@ class LogEngine:
         max_bytes: int,
         tag_json: bytes | None,
         head: Head | None,
+        upto: int | None = None,
     ) -> RangeRead:
         for _ in range(4):
             if head is None:
                 head = self.heads.get(topic)
             if head is None or head.deleted:
                 raise TopicNotFound(topic)
+            capped = head
+            if upto is not None and upto < head.head_seq:
+                capped = dataclasses.replace(head, head_seq=upto)  # read as if it ended there
             try:
-                return self._range_of(head, after, limit, max_bytes, tag_json)
+                rr = self._range_of(capped, after, limit, max_bytes, tag_json)
+                return rr if capped is head else dataclasses.replace(rr, head=head)
             except StaleHead:
                 head = None
         raise StorageUnavailable(
@@ -1076,14 +1102,17 @@ class LogEngine:
     async def head_of(self, topic: str, *, consistent: bool = True) -> Head | None:
         return await self._io(lambda: self.heads.get(topic, consistent=consistent))
 
-    async def create_with_ext(self, topic: str, ext: str, replacing: Head | None) -> Head | None:
-        """Create a record-less topic holding `ext` (conditional: None when it lost a race)."""
+    async def create_with_ext(
+        self, topic: str, ext: str, replacing: Head | None, base_seq: int = 0
+    ) -> Head | None:
+        """Create a record-less topic holding `ext` whose log starts after `base_seq`
+        (conditional: None when it lost a race)."""
         if not ext:
             raise ValueError("ext must not be empty")
 
         def run() -> Head | None:
             new = dataclasses.replace(
-                self._fresh_head(topic, replacing, topic_config.resolve({})), ext=ext
+                self._fresh_head(topic, replacing, topic_config.resolve({}), base_seq), ext=ext
             )
             if not self._create_head(new, replacing):
                 return None

@@ -40,6 +40,9 @@ class AppendRequest:
     config: dict[str, Any] | None = None  # validated patch, applied only on create
     guard: Guard | None = None
     ts_hint: int | None = None  # append-time hint (ms); clamped so time never goes back
+    # On create: the topic's log starts after this seq (a Durable Streams fork continues its
+    # source's offsets; seqs up to base_seq are served from the source, not this topic).
+    base_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,7 +173,7 @@ class DynamoHeadStore:
             ExpressionAttributeValues=values,
         )
 
-    def mark_deleted(self, head: Head, *, if_empty: bool) -> bool:
+    def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
         marker = Head(
             topic=head.topic,
             epoch=head.epoch,
@@ -186,6 +186,10 @@ class DynamoHeadStore:
         if if_empty:
             cond += " AND cnt = :zero"
             values[":zero"] = _n(0)
+        if if_ext is not None:
+            ext_cond, ext_values = _ext_condition(if_ext)
+            cond += f" AND {ext_cond}"
+            values.update(ext_values)
         return conditional(
             self._ddb.put_item,
             TableName=self._table,

@@ -84,3 +84,29 @@ class AppendTimeout(HeadwaterError):
         super().__init__(
             "append timed out; append outcome is unknown, check Stream-Next-Offset before retrying"
         )
+
+
+class InvalidSchema(HeadwaterError):
+    """A /_schema update, or an append the schema refuses (protocol §11: invalid schema/lens)."""
+
+    status, code = 400, "invalid_schema"
+
+
+class SchemaVersionConflict(StreamConflict):
+    code = "schema_version_conflict"
+
+
+class PromotionFailed(StreamConflict):
+    """A stored entry the lens chain cannot bring to the current schema version."""
+
+    code = "schema_promotion_failed"
+
+
+class ConfMoved(HeadwaterError):
+    """Internal: the stream's schema registry or profile changed under a prepared append."""
+
+    status, code = 409, "stream_conf_moved"
+
+    def __init__(self, conf: tuple[str, str]) -> None:
+        super().__init__("the stream's schema or profile changed; prepare the append again")
+        self.conf = conf

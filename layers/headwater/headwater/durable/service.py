@@ -8,17 +8,25 @@ the head read a guarded group makes."""
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from headwater import jsoncodec
+from headwater.durable import profiles, schema
 from headwater.durable.errors import (
+    ConfMoved,
     ContentTypeMismatch,
     ForkSourceGone,
+    InvalidSchema,
     ProducerFenced,
     ProducerSeqGap,
+    PromotionFailed,
+    SchemaVersionConflict,
     SeqConflict,
     StreamClosed,
     StreamExists,
@@ -26,16 +34,24 @@ from headwater.durable.errors import (
     StreamHeld,
     StreamNotFound,
 )
-from headwater.durable.offsets import START, Offset, StartOfStream, encode_offset
+from headwater.durable.filter import Predicate
+from headwater.durable.offsets import START, Offset, StartOfStream, decode_offset, encode_offset
 from headwater.durable.state import Fork, StreamState, name_of, state_of, topic_of
 from headwater.durable.wire import Producer, is_json_type, media_type
 from headwater.engine.log import LogEngine, wall_ms
 from headwater.engine.records import RECORD_OVERHEAD_BYTES, NewRecord, StoredRecord, json_literal
 from headwater.engine.values import Admit, AppendRequest, Guard, RangeRead, Settle
 from headwater.errors import InvalidRequest, StorageUnavailable, TopicNotFound
+from headwater.names import object_key_component
 from headwater.storage.ports import Head
+from headwater.storage.schema import REGISTRY_PREFIX
 
 STATE_ATTEMPTS = 8
+REGISTRY_CACHE = 256  # schema registry revisions kept per process
+CONF_CACHE = 100_000  # streams whose last-seen schema/profile a process remembers
+FILTER_SCAN_CAP = 100 * 1024 * 1024  # payload bytes one filtered read examines (§8.5)
+PAGE_SCAN_RECORDS = 2_000
+PAGE_SCAN_BYTES = 4 << 20
 RETRY = {"Retry-After": "1"}
 log = logging.getLogger(__name__)
 
@@ -104,6 +120,8 @@ class DurableStreams:
     def __init__(self, engine: LogEngine, clock: Callable[[], int] = wall_ms) -> None:
         self.engine = engine
         self.clock = clock
+        self._registries: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._conf: dict[str, tuple[str, str]] = {}  # per stream, as this process last saw
 
     # --- lookups ------------------------------------------------------------------------
     async def lookup(self, name: str, *, consistent: bool = True) -> tuple[Head, StreamState]:
@@ -321,6 +339,7 @@ class DurableStreams:
         producer: Producer | None,
         close: bool,
         close_only: bool,
+        conf: tuple[str, str] | None = None,
     ) -> Guard:
         now = self.clock()
 
@@ -364,6 +383,8 @@ class DurableStreams:
                     f" ({state.stream_seq!r})",
                     headers={"Stream-Next-Offset": at_tail},
                 )
+            if conf is not None and state.conf != conf:
+                raise ConfMoved(state.conf)
             new = replace(state, access_ms=max(now, state.access_ms), closed=close or state.closed)
             if stream_seq is not None:
                 new = replace(new, stream_seq=stream_seq)
@@ -386,27 +407,196 @@ class DurableStreams:
         close: bool = False,
         ts_hint: int | None = None,
     ) -> Written:
-        guard = self._guard(
-            name,
-            content_type=content_type,
-            stream_seq=stream_seq,
-            producer=producer,
-            close=close,
-            close_only=not entries,
-        )
         if not entries:
-            return await self._state_only(name, guard)
-        try:
-            res = await self.engine.append(
-                topic_of(name),
-                AppendRequest(_records(entries), create=False, guard=guard, ts_hint=ts_hint),
+            guard = self._guard(
+                name,
+                content_type=content_type,
+                stream_seq=stream_seq,
+                producer=producer,
+                close=close,
+                close_only=True,
             )
-        except TopicNotFound:
-            raise StreamNotFound(name) from None
-        note: Written = res.note
-        if res.deduped:
-            return note
-        return replace(note, tail=res.last_seq, appended=True)
+            return await self._state_only(name, guard)
+        # Entries are shaped by the stream's schema registry and profile (validated, keyed,
+        # normalized) for the conf this process last saw; the guard refuses them under any
+        # other conf, and they are prepared again (no extra read in the common case).
+        conf = self._conf.get(name, ("", ""))
+        for _ in range(STATE_ATTEMPTS):
+            shaped = await self._shape(name, conf, entries, content_type)
+            guard = self._guard(
+                name,
+                content_type=content_type,
+                stream_seq=stream_seq,
+                producer=producer,
+                close=close,
+                close_only=False,
+                conf=conf,
+            )
+            try:
+                res = await self.engine.append(
+                    topic_of(name),
+                    AppendRequest(_records(shaped), create=False, guard=guard, ts_hint=ts_hint),
+                )
+            except TopicNotFound:
+                raise StreamNotFound(name) from None
+            except ConfMoved as moved:
+                if len(self._conf) >= CONF_CACHE:
+                    self._conf.clear()
+                conf = self._conf[name] = moved.conf
+                continue
+            note: Written = res.note
+            if res.deduped:
+                return note
+            return replace(note, tail=res.last_seq, appended=True)
+        raise StorageUnavailable("the stream's schema kept changing; retry", headers=RETRY)
+
+    async def _shape(
+        self, name: str, conf: tuple[str, str], entries: list[Entry], content_type: str | None
+    ) -> list[Entry]:
+        registry_key, profile_text = conf
+        if not registry_key and not profile_text:
+            return entries
+        if content_type is None or not is_json_type(content_type):
+            return entries  # the guard refuses the content type
+        reg = await self.registry(name, registry_key)
+        profile = json.loads(profile_text) if profile_text else None
+        keyed_by_schema = bool(reg.get("routingKey"))
+        out = []
+        for e in entries:
+            value = jsoncodec.loads(e.data)
+            data = e.data
+            try:
+                if profile is not None:
+                    value = profiles.normalize(profile, value)
+                    data = jsoncodec.dumps(value)
+                schema.validate(reg, value)
+                key = e.key
+                if keyed_by_schema:
+                    if e.key is not None:
+                        raise InvalidRequest(
+                            "Stream-Key is not allowed: this stream's schema derives routing keys"
+                        )
+                    key = schema.routing_key(reg, value)
+                elif profile is not None and key is None:
+                    key = profiles.derived_routing_key(profile, value)
+            except (schema.SchemaError, profiles.ProfileError) as exc:
+                raise InvalidSchema(str(exc)) from None
+            out.append(Entry(data, key))
+        return out
+
+    # --- schema registry ----------------------------------------------------------------
+    async def registry(self, name: str, key: str) -> dict[str, Any]:
+        """The stream's schema registry revision `key` ("" : none yet), cached (immutable)."""
+        if not key:
+            return schema.empty_registry(name)
+        reg = self._registries.get(key)
+        if reg is None:
+            reg = json.loads(await self.engine.get_blob(key))
+            self._registries[key] = reg
+            while len(self._registries) > REGISTRY_CACHE:
+                self._registries.popitem(last=False)
+        else:
+            self._registries.move_to_end(key)
+        return reg
+
+    async def update_schema(self, name: str, body: object) -> dict[str, Any]:
+        """POST /_schema: the update applied to the registry as the stream is now, stored
+        as a new revision, and made current by a conditional head write (so the boundary
+        it records is the tail no append can have moved meanwhile)."""
+        topic = topic_of(name)
+        for _ in range(STATE_ATTEMPTS):
+            head, state = await self.lookup(name)
+            if not is_json_type(state.content_type):
+                raise InvalidSchema("schemas apply to application/json streams only")
+            reg = await self.registry(name, state.registry_key)
+            try:
+                new = schema.apply_update(
+                    reg,
+                    body,
+                    stream_is_empty=head.head_seq == 0,
+                    end_offset=encode_offset(head.epoch, head.head_seq),
+                )
+            except schema.SchemaVersionConflict as exc:
+                raise SchemaVersionConflict(str(exc)) from None
+            except schema.SchemaError as exc:
+                raise InvalidSchema(str(exc)) from None
+            key = (
+                f"{REGISTRY_PREFIX}{object_key_component(topic)}/{head.epoch}/"
+                f"{new['currentVersion']}-{uuid.uuid4().hex}.json"
+            )
+            await self.engine.put_blob(key, json.dumps(new, separators=(",", ":")).encode())
+            updated = replace(state, registry_key=key, schema_version=new["currentVersion"])
+            if await self.engine.put_ext(head, updated.dump()) is not None:
+                self._registries[key] = new
+                self._conf[name] = updated.conf
+                return new
+            await self.engine.delete_blobs([key])  # lost a race: judge again on the new head
+        raise StorageUnavailable("schema update kept conflicting; retry", headers=RETRY)
+
+    async def update_profile(self, name: str, body: object) -> dict[str, Any]:
+        """POST /_profile: store the profile; evlog and metrics also install their canonical
+        schema registry (replacing the registry, reference behaviour), in the same
+        conditional head write."""
+        topic = topic_of(name)
+        for _ in range(STATE_ATTEMPTS):
+            head, state = await self.lookup(name)
+            try:
+                profile = profiles.parse_profile_update(body, state.content_type)
+                current = (state.profile or profiles.DEFAULT_PROFILE).get("kind", "generic")
+                replace_registry = profiles.check_install(
+                    profile, current_kind=str(current), stream_is_empty=head.head_seq == 0
+                )
+                install = profiles.install(profile, name) if replace_registry else None
+                reg = (
+                    schema.apply_update(
+                        schema.empty_registry(name),
+                        install,
+                        stream_is_empty=True,
+                        end_offset=encode_offset(head.epoch, head.head_seq),
+                    )
+                    if install is not None
+                    else None
+                )
+            except (profiles.ProfileError, schema.SchemaError) as exc:
+                raise InvalidRequest(str(exc)) from None
+            updated = replace(state, profile=profile)
+            key = ""
+            if reg is not None:
+                key = (
+                    f"{REGISTRY_PREFIX}{object_key_component(topic)}/{head.epoch}/"
+                    f"{reg['currentVersion']}-{uuid.uuid4().hex}.json"
+                )
+                await self.engine.put_blob(key, json.dumps(reg, separators=(",", ":")).encode())
+                updated = replace(updated, registry_key=key, schema_version=reg["currentVersion"])
+            if await self.engine.put_ext(head, updated.dump()) is not None:
+                if reg is not None:
+                    self._registries[key] = reg
+                self._conf[name] = updated.conf
+                return profiles.resource(profile)
+            if key:
+                await self.engine.delete_blobs([key])
+        raise StorageUnavailable("profile update kept conflicting; retry", headers=RETRY)
+
+    def promoter(self, reg: dict[str, Any]) -> Callable[[StoredRecord], bytes] | None:
+        """How a read brings stored entries to the current schema version (None: nothing
+        to promote). Entries after a boundary are of its version; version 1 is the first."""
+        current = int(reg.get("currentVersion", 0))
+        if current < 2:
+            return None
+
+        def promote(rec: StoredRecord) -> bytes:
+            version = schema.version_at(reg, rec.seq, key=_boundary_seq)
+            if version in (0, current):
+                return rec.data_raw
+            try:
+                return jsoncodec.dumps(schema.promote(reg, jsoncodec.loads(rec.data_raw), version))
+            except schema.LensApplyError as exc:
+                raise PromotionFailed(
+                    f"entry {rec.seq} (schema version {version}) cannot be read as version"
+                    f" {current}: {exc}"
+                ) from None
+
+        return promote
 
     async def _state_only(self, name: str, guard: Guard) -> Written:
         """A write with no entries (close-only): the same guard, then a conditional ext put."""
@@ -531,6 +721,40 @@ class DurableStreams:
             max_bytes -= len(rec.data_raw)
         return RangeRead(own.head, records, nxt, scanned + own.scanned_bytes)
 
+    async def read_filtered(
+        self,
+        head: Head,
+        after: int,
+        limit: int,
+        max_bytes: int,
+        key: str | None,
+        pred: Predicate,
+        reg: dict[str, Any] | None,
+    ) -> tuple[RangeRead, bool]:
+        """Entries after `after` that match `pred` (§8.5), scanning at most
+        FILTER_SCAN_CAP payload bytes: (page, whether the cap stopped the scan). The page's
+        next_seq is past every entry examined, matching or not."""
+        out: list[StoredRecord] = []
+        out_bytes = scanned = 0
+        nxt = after
+        while nxt < head.head_seq and scanned < FILTER_SCAN_CAP:
+            rr = await self.read(head, nxt, PAGE_SCAN_RECORDS, PAGE_SCAN_BYTES, key)
+            head = rr.head
+            for rec in rr.records:
+                if out and (len(out) >= limit or out_bytes + len(rec.data_raw) > max_bytes):
+                    return RangeRead(head, out, rec.seq - 1, scanned), False
+                scanned += len(rec.data_raw)
+                version = schema.version_at(reg, rec.seq, key=_boundary_seq) if reg else 0
+                if pred.matches(jsoncodec.loads(rec.data_raw), version=version or None):
+                    out.append(rec)
+                    out_bytes += len(rec.data_raw)
+                if scanned >= FILTER_SCAN_CAP:
+                    return RangeRead(head, out, rec.seq, scanned), rec.seq < head.head_seq
+            if rr.next_seq <= nxt:
+                break
+            nxt = rr.next_seq
+        return RangeRead(head, out, nxt, scanned), False
+
     async def seek(self, head: Head, ts: int) -> int:
         """The seq just before the first entry appended at or after `ts` (a fork's search
         continues into its source when its own entries are all newer)."""
@@ -603,6 +827,11 @@ def _fork_point(req: ForkRequest, src: Head, state: StreamState) -> int:
             "Stream-Fork-Offset is not an offset of the source stream, or is past its end"
         )
     return off.seq
+
+
+def _boundary_seq(offset: str) -> int:
+    off = decode_offset(offset)
+    return off.seq if isinstance(off, Offset) else 0
 
 
 def _key_of(rec: StoredRecord) -> str | None:

@@ -71,6 +71,10 @@ class StreamState:
     producers: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (epoch, seq)
     profile: dict[str, Any] | None = None
     fork: Fork | None = None
+    # The schema registry (durable/schema.py) lives in S3, one immutable object per
+    # revision; the head holds its key and current version (every append rewrites the head).
+    registry_key: str = ""
+    schema_version: int = 0
     refs: int = 0  # forks reading entries from this stream (it outlives its delete for them)
     gone: bool = False  # deleted while forks still read from it: 410 until the last goes
 
@@ -93,6 +97,8 @@ class StreamState:
             body["prof"] = self.profile
         if self.fork is not None:
             body["fk"] = self.fork.dump()
+        if self.registry_key:
+            body["reg"] = [self.registry_key, self.schema_version]
         if self.refs:
             body["refs"] = self.refs
         if self.gone:
@@ -114,6 +120,8 @@ class StreamState:
             producers={k: (int(v[0]), int(v[1])) for k, v in raw.get("pr", {}).items()},
             profile=raw.get("prof"),
             fork=Fork.load(raw["fk"]) if "fk" in raw else None,
+            registry_key=str(raw["reg"][0]) if "reg" in raw else "",
+            schema_version=int(raw["reg"][1]) if "reg" in raw else 0,
             refs=int(raw.get("refs", 0)),
             gone=bool(raw.get("gone", False)),
         )
@@ -128,6 +136,12 @@ class StreamState:
 
     def last_access(self, head: Head) -> int:
         return max(self.created_ms, self.access_ms, head.last_read_ts or 0)
+
+    @property
+    def conf(self) -> tuple[str, str]:
+        """What shapes appends (registry revision, profile): an append prepared for one
+        conf is refused by the guard under another, and prepared again."""
+        return self.registry_key, json.dumps(self.profile, sort_keys=True) if self.profile else ""
 
     def held(self, head: Head, now: int) -> bool:
         """Deleted (or expired) but kept, because forks still read its entries."""

@@ -168,6 +168,16 @@ class LogEngine:
         """Start a background storage write (off the read pool) without waiting for it."""
         return asyncio.get_running_loop().run_in_executor(self._bg_pool, fn, *args)
 
+    # --- blobs of protocol layers (immutable objects: a Durable Streams schema registry) --
+    async def put_blob(self, key: str, body: bytes) -> None:
+        await self._io(self.blobs.put, key, body)
+
+    async def get_blob(self, key: str) -> bytes:
+        return await self._io(self.blobs.get, key)
+
+    async def delete_blobs(self, keys: list[str]) -> None:
+        await self._io(self.blobs.delete_many, keys)
+
     # --- topics -------------------------------------------------------------------------
     async def put_topic(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
         return await self._io(self._put_topic_sync, topic, patch)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
@@ -17,12 +17,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from headwater import jsoncodec
+from headwater.durable import profiles, schema
 from headwater.durable.errors import (
     AppendTimeout,
     OffsetGone,
     RequestTimeout,
     StreamNotFound,
 )
+from headwater.durable.filter import FilterError, Predicate, parse_filter
 from headwater.durable.offsets import (
     START,
     Offset,
@@ -32,6 +34,7 @@ from headwater.durable.offsets import (
     encode_offset,
 )
 from headwater.durable.service import (
+    FILTER_SCAN_CAP,
     DurableStreams,
     Entry,
     ForkRequest,
@@ -55,6 +58,7 @@ from headwater.durable.wire import (
     sse_encoding,
     stream_cursor,
 )
+from headwater.engine.records import StoredRecord
 from headwater.engine.values import RangeRead
 from headwater.errors import HeadwaterError, InvalidRequest, NotFound, PayloadTooLarge
 from headwater.http.v0 import authorize, services
@@ -253,6 +257,8 @@ async def stream_resource(request: Request, path: str) -> Response:
     if sub is not None:
         if sub == "_profile":
             return await _profile(request, svc, name)
+        if sub == "_schema":
+            return await _capped(_schema(request, svc, name))
         raise NotFound(f"{sub} is not available on this server yet")
     if method == "PUT":
         authorize(request, svc, "write", name=name)
@@ -390,17 +396,45 @@ async def _head(svc: Services, name: str) -> Response:
 
 
 async def _profile(request: Request, svc: Services, name: str) -> Response:
+    """GET /_profile: the stream's profile (generic unless one was set); POST: set it (§7A)."""
     if request.method == "GET":
         authorize(request, svc, "read", name=name)
         _, state = await _capped(svc.streams.lookup(name))
-        body = {
-            "apiVersion": "durable.streams/profile/v1",
-            "profile": state.profile or {"kind": "generic"},
-        }
+        body = profiles.resource(state.profile)
         return Response(jsoncodec.dumps(body), 200, media_type="application/json")
-    raise HeadwaterError(
-        "profile updates are not supported by this server yet", status=501, code="not_implemented"
-    )
+    if request.method != "POST":
+        raise HeadwaterError(
+            f"{request.method} is not allowed on /_profile", status=405, code="method_not_allowed"
+        )
+    authorize(request, svc, "write", name=name)
+    raw = await _body(request)
+    try:
+        update = jsoncodec.loads(raw)
+    except ValueError:
+        raise _bad("the profile update is not valid JSON") from None
+    out = await _capped(svc.streams.update_profile(name, update))
+    return Response(jsoncodec.dumps(out), 200, media_type="application/json")
+
+
+async def _schema(request: Request, svc: Services, name: str) -> Response:
+    """GET /_schema: the registry; POST /_schema: apply an update (§12)."""
+    if request.method == "GET":
+        authorize(request, svc, "read", name=name)
+        _, state = await svc.streams.lookup(name)
+        reg = await svc.streams.registry(name, state.registry_key)
+        return Response(jsoncodec.dumps(reg), 200, media_type="application/json")
+    if request.method != "POST":
+        raise HeadwaterError(
+            f"{request.method} is not allowed on /_schema", status=405, code="method_not_allowed"
+        )
+    authorize(request, svc, "write", name=name)
+    raw = await _body(request)
+    try:
+        body = jsoncodec.loads(raw)
+    except ValueError:
+        raise _bad("the schema update is not valid JSON") from None
+    reg = await svc.streams.update_schema(name, body)
+    return Response(jsoncodec.dumps(reg), 200, media_type="application/json")
 
 
 # --- reads ---------------------------------------------------------------------------------
@@ -414,6 +448,17 @@ class _ReadPlan:
     key: str | None = None
     since: int | None = None
     offset_given: bool = False
+    filter: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """How a read presents entries: promoted to the current schema version, and only those
+    matching a filter= predicate (both from the stream's schema registry)."""
+
+    reg: dict[str, Any] | None = None
+    promote: Callable[[StoredRecord], bytes] | None = None
+    pred: Predicate | None = None
 
 
 def _plan(request: Request, key_from_path: str | None) -> _ReadPlan:
@@ -449,6 +494,9 @@ def _plan(request: Request, key_from_path: str | None) -> _ReadPlan:
     if fmt is not None and fmt != "json":
         raise _bad("format must be json")
     plan.fmt_json = fmt == "json"
+    plan.filter = _one_param(request, "filter")
+    if plan.filter is not None and plan.live == "sse":
+        raise _bad("filter= is not supported with live=sse")
     key = _one_param(request, "key")
     plan.key = key_from_path if key_from_path is not None else key
     if plan.key is not None and (not plan.key or len(plan.key.encode()) > MAX_KEY_BYTES):
@@ -479,11 +527,39 @@ async def _start_seq(
     return off.seq
 
 
-def _payload(state: StreamState, rr: RangeRead) -> bytes:
+def _payload(state: StreamState, rr: RangeRead, view: _View) -> bytes:
     """A JSON stream's entries as one JSON array; a byte stream's, concatenated."""
     if is_json_type(state.content_type):
-        return b"[" + b",".join(r.data_raw for r in rr.records) + b"]"
+        promote = view.promote
+        datas = (promote(r) for r in rr.records) if promote else (r.data_raw for r in rr.records)
+        return b"[" + b",".join(datas) + b"]"
     return b"".join(r.data_raw for r in rr.records)
+
+
+async def _view(streams: DurableStreams, name: str, state: StreamState, plan: _ReadPlan) -> _View:
+    if not state.registry_key and plan.filter is None:
+        return _View()
+    if plan.filter is not None and not is_json_type(state.content_type):
+        raise _bad("filter= needs an application/json stream")
+    reg = await streams.registry(name, state.registry_key)
+    pred = None
+    if plan.filter is not None:
+        try:
+            pred = parse_filter(plan.filter, schema.search_fields(reg))
+        except FilterError as exc:
+            raise _bad(f"filter: {exc}") from None
+    return _View(reg, streams.promoter(reg), pred)
+
+
+async def _fetch(
+    streams: DurableStreams, view: _View, head: Head, start: int, key: str | None
+) -> tuple[RangeRead, bool]:
+    """A page after `start` (filtered, when the read has a filter): (page, scan cap hit)."""
+    if view.pred is None:
+        return await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key), False
+    return await streams.read_filtered(
+        head, start, PAGE_RECORDS, PAGE_BYTES, key, view.pred, view.reg
+    )
 
 
 async def _read(request: Request, svc: Services, name: str, key: str | None) -> Response:
@@ -492,15 +568,16 @@ async def _read(request: Request, svc: Services, name: str, key: str | None) -> 
     head, state = await _capped(streams.lookup(name))
     if plan.fmt_json and not is_json_type(state.content_type):
         raise _bad("format=json needs an application/json stream")
+    view = await _capped(_view(streams, name, state, plan))
     start = await _start_seq(plan, head, state, streams)
     await streams.touch(head, state)
     cursor = stream_cursor(streams.clock(), _one_param(request, "cursor"))
     if plan.live == "sse":
-        return _sse(request, streams, head, state, start, plan.key, cursor)
+        return _sse(request, streams, head, state, start, plan.key, cursor, view)
     if plan.live == "long-poll":
-        return await _capped(_long_poll(request, streams, head, state, start, plan, cursor))
-    rr = await _capped(streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, plan.key))
-    return _page(request, rr.head, state, start, rr, plan, cursor, live=False)
+        return await _capped(_long_poll(request, streams, head, state, start, plan, cursor, view))
+    rr, capped = await _capped(_fetch(streams, view, head, start, plan.key))
+    return _page(request, rr.head, state, start, rr, plan, cursor, view, live=False, capped=capped)
 
 
 def _page(
@@ -511,8 +588,10 @@ def _page(
     rr: RangeRead,
     plan: _ReadPlan,
     cursor: str,
+    view: _View,
     *,
     live: bool,
+    capped: bool = False,
 ) -> Response:
     next_seq = max(rr.next_seq, start)
     up_to_date = next_seq >= head.head_seq
@@ -527,6 +606,10 @@ def _page(
         headers["Stream-Up-To-Date"] = "true"
     if closed:
         headers["Stream-Closed"] = "true"
+    if capped:
+        headers["Stream-Filter-Scan-Limit-Reached"] = "true"
+        headers["Stream-Filter-Scan-Limit-Bytes"] = str(FILTER_SCAN_CAP)
+        headers["Stream-Filter-Scanned-Bytes"] = str(rr.scanned_bytes)
     if live or plan.now:
         headers["Cache-Control"] = "no-store"
     else:
@@ -535,7 +618,7 @@ def _page(
             headers["Stream-Next-Offset"],
             plan.key,
             "json" if is_json_type(state.content_type) else "raw",
-            None,
+            plan.filter,
             closed,
         )
         headers["ETag"] = etag
@@ -544,7 +627,7 @@ def _page(
         headers["Cache-Control"] = "no-cache" if up_to_date else "immutable, max-age=31536000"
         if etag_matches(request.headers.get("if-none-match"), etag):
             return Response(status_code=304, headers=headers)
-    return Response(_payload(state, rr), 200, headers=headers)
+    return Response(_payload(state, rr, view), 200, headers=headers)
 
 
 async def _long_poll(
@@ -555,14 +638,17 @@ async def _long_poll(
     start: int,
     plan: _ReadPlan,
     cursor: str,
+    view: _View,
 ) -> Response:
     deadline = time.monotonic() + min(plan.timeout_ms, LONG_POLL_CAP_MS) / 1000
     while True:
         if start < head.head_seq:
-            rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, plan.key)
-            if rr.records or state.closed:
-                return _page(request, rr.head, state, start, rr, plan, cursor, live=True)
-            start = rr.next_seq  # only entries of other keys: keep waiting past them
+            rr, capped = await _fetch(streams, view, head, start, plan.key)
+            if rr.records or state.closed or capped:
+                return _page(
+                    request, rr.head, state, start, rr, plan, cursor, view, live=True, capped=capped
+                )
+            start = rr.next_seq  # only entries of other keys (or filtered out): wait past them
         if state.closed:
             break
         moved = await streams.wait(head, deadline - time.monotonic())
@@ -590,6 +676,7 @@ def _sse(
     start: int,
     key: str | None,
     cursor: str,
+    view: _View,
 ) -> Response:
     encoding = sse_encoding(state.content_type)
 
@@ -602,7 +689,7 @@ def _sse(
                 rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key)
                 start = max(rr.next_seq, start)
                 if rr.records:
-                    yield sse_data_event(_payload(state, rr), encoding)
+                    yield sse_data_event(_payload(state, rr, view), encoding)
                     yield _control(head, state, start, cursor)
                     first = False
                     continue

@@ -138,3 +138,4 @@ BUCKET_LOGICAL_ID = "DataBucket"
 SPILL_PREFIX = "spill/"
 SEGMENT_PREFIX = "segments/"
 INDEX_PREFIX = "indexes/"
+REGISTRY_PREFIX = "registries/"  # Durable Streams schema registries, one object per revision

@@ -503,7 +503,6 @@ class DurableStreams:
         """POST /_schema: the update applied to the registry as the stream is now, stored
         as a new revision, and made current by a conditional head write (so the boundary
         it records is the tail no append can have moved meanwhile)."""
-        topic = topic_of(name)
         for _ in range(STATE_ATTEMPTS):
             head, state = await self.lookup(name)
             if not is_json_type(state.content_type):
@@ -520,24 +519,14 @@ class DurableStreams:
                 raise SchemaVersionConflict(str(exc)) from None
             except schema.SchemaError as exc:
                 raise InvalidSchema(str(exc)) from None
-            key = (
-                f"{REGISTRY_PREFIX}{object_key_component(topic)}/{head.epoch}/"
-                f"{new['currentVersion']}-{uuid.uuid4().hex}.json"
-            )
-            await self.engine.put_blob(key, json.dumps(new, separators=(",", ":")).encode())
-            updated = replace(state, registry_key=key, schema_version=new["currentVersion"])
-            if await self.engine.put_ext(head, updated.dump()) is not None:
-                self._registries[key] = new
-                self._conf[name] = updated.conf
+            if await self._commit_conf(name, head, state, new):
                 return new
-            await self.engine.delete_blobs([key])  # lost a race: judge again on the new head
         raise StorageUnavailable("schema update kept conflicting; retry", headers=RETRY)
 
     async def update_profile(self, name: str, body: object) -> dict[str, Any]:
         """POST /_profile: store the profile; evlog and metrics also install their canonical
         schema registry (replacing the registry, reference behaviour), in the same
         conditional head write."""
-        topic = topic_of(name)
         for _ in range(STATE_ATTEMPTS):
             head, state = await self.lookup(name)
             try:
@@ -559,23 +548,31 @@ class DurableStreams:
                 )
             except (profiles.ProfileError, schema.SchemaError) as exc:
                 raise InvalidRequest(str(exc)) from None
-            updated = replace(state, profile=profile)
-            key = ""
-            if reg is not None:
-                key = (
-                    f"{REGISTRY_PREFIX}{object_key_component(topic)}/{head.epoch}/"
-                    f"{reg['currentVersion']}-{uuid.uuid4().hex}.json"
-                )
-                await self.engine.put_blob(key, json.dumps(reg, separators=(",", ":")).encode())
-                updated = replace(updated, registry_key=key, schema_version=reg["currentVersion"])
-            if await self.engine.put_ext(head, updated.dump()) is not None:
-                if reg is not None:
-                    self._registries[key] = reg
-                self._conf[name] = updated.conf
+            if await self._commit_conf(name, head, replace(state, profile=profile), reg):
                 return profiles.resource(profile)
-            if key:
-                await self.engine.delete_blobs([key])
         raise StorageUnavailable("profile update kept conflicting; retry", headers=RETRY)
+
+    async def _commit_conf(
+        self, name: str, head: Head, state: StreamState, reg: dict[str, Any] | None
+    ) -> bool:
+        """Make `state` (with registry `reg` as a new revision, if given) the stream's, iff
+        its head is still `head` (False: it moved; decide again)."""
+        key = ""
+        if reg is not None:
+            key = (
+                f"{REGISTRY_PREFIX}{object_key_component(head.topic)}/{head.epoch}/"
+                f"{reg['currentVersion']}-{uuid.uuid4().hex}.json"
+            )
+            await self.engine.put_blob(key, json.dumps(reg, separators=(",", ":")).encode())
+            state = replace(state, registry_key=key, schema_version=reg["currentVersion"])
+        if await self.engine.put_ext(head, state.dump()) is None:
+            if key:
+                await self.engine.delete_blobs([key])  # lost a race: nothing refers to it
+            return False
+        if reg is not None:
+            self._registries[key] = reg
+        self._conf[name] = state.conf
+        return True
 
     def promoter(self, reg: dict[str, Any]) -> Callable[[StoredRecord], bytes] | None:
         """How a read brings stored entries to the current schema version (None: nothing

@@ -258,7 +258,7 @@ async def stream_resource(request: Request, path: str) -> Response:
         if sub == "_profile":
             return await _profile(request, svc, name)
         if sub == "_schema":
-            return await _capped(_schema(request, svc, name))
+            return await _schema(request, svc, name)
         raise NotFound(f"{sub} is not available on this server yet")
     if method == "PUT":
         authorize(request, svc, "write", name=name)
@@ -397,44 +397,48 @@ async def _head(svc: Services, name: str) -> Response:
 
 async def _profile(request: Request, svc: Services, name: str) -> Response:
     """GET /_profile: the stream's profile (generic unless one was set); POST: set it (§7A)."""
-    if request.method == "GET":
-        authorize(request, svc, "read", name=name)
-        _, state = await _capped(svc.streams.lookup(name))
-        body = profiles.resource(state.profile)
-        return Response(jsoncodec.dumps(body), 200, media_type="application/json")
-    if request.method != "POST":
-        raise HeadwaterError(
-            f"{request.method} is not allowed on /_profile", status=405, code="method_not_allowed"
-        )
-    authorize(request, svc, "write", name=name)
-    raw = await _body(request)
-    try:
-        update = jsoncodec.loads(raw)
-    except ValueError:
-        raise _bad("the profile update is not valid JSON") from None
-    out = await _capped(svc.streams.update_profile(name, update))
-    return Response(jsoncodec.dumps(out), 200, media_type="application/json")
+
+    async def get(state: StreamState) -> dict[str, Any]:
+        return profiles.resource(state.profile)
+
+    return await _subresource(request, svc, name, "_profile", get, svc.streams.update_profile)
 
 
 async def _schema(request: Request, svc: Services, name: str) -> Response:
     """GET /_schema: the registry; POST /_schema: apply an update (§12)."""
+
+    async def get(state: StreamState) -> dict[str, Any]:
+        return await svc.streams.registry(name, state.registry_key)
+
+    return await _subresource(request, svc, name, "_schema", get, svc.streams.update_schema)
+
+
+async def _subresource(
+    request: Request,
+    svc: Services,
+    name: str,
+    label: str,
+    get: Callable[[StreamState], Awaitable[dict[str, Any]]],
+    update: Callable[[str, object], Awaitable[dict[str, Any]]],
+) -> Response:
+    """A JSON subresource: GET reads it, POST applies a JSON update to it."""
     if request.method == "GET":
         authorize(request, svc, "read", name=name)
-        _, state = await svc.streams.lookup(name)
-        reg = await svc.streams.registry(name, state.registry_key)
-        return Response(jsoncodec.dumps(reg), 200, media_type="application/json")
-    if request.method != "POST":
+        _, state = await _capped(svc.streams.lookup(name))
+        body = await _capped(get(state))
+    elif request.method == "POST":
+        authorize(request, svc, "write", name=name)
+        raw = await _body(request)
+        try:
+            parsed = jsoncodec.loads(raw)
+        except ValueError:
+            raise _bad(f"the {label} update is not valid JSON") from None
+        body = await _capped(update(name, parsed))
+    else:
         raise HeadwaterError(
-            f"{request.method} is not allowed on /_schema", status=405, code="method_not_allowed"
+            f"{request.method} is not allowed on {label}", status=405, code="method_not_allowed"
         )
-    authorize(request, svc, "write", name=name)
-    raw = await _body(request)
-    try:
-        body = jsoncodec.loads(raw)
-    except ValueError:
-        raise _bad("the schema update is not valid JSON") from None
-    reg = await svc.streams.update_schema(name, body)
-    return Response(jsoncodec.dumps(reg), 200, media_type="application/json")
+    return Response(jsoncodec.dumps(body), 200, media_type="application/json")
 
 
 # --- reads ---------------------------------------------------------------------------------

@@ -309,10 +309,11 @@ def test_rejected_write_leaves_no_idempotency_record(client: TestClient) -> None
 
 
 def test_idempotency_key_expires_after_the_window(client: TestClient) -> None:
-    put_topic(client, "i", {"idempotency_window_ms": 150})
+    # (A window long enough that the retry surely lands inside it on a loaded machine.)
+    put_topic(client, "i", {"idempotency_window_ms": 1000})
     append_data(client, "i", 1, idempotency_key="k")
     assert append_data(client, "i", 1, idempotency_key="k")["deduped"] is True
-    time.sleep(0.3)
+    time.sleep(1.2)
     again = append_data(client, "i", 1, idempotency_key="k")
     assert again["deduped"] is False and again["seqs"] == [2]
     assert append_data(client, "i", 1, idempotency_key="k")["seqs"] == [2]

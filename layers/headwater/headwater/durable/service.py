@@ -8,8 +8,10 @@ the head read a guarded group makes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import random
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -47,6 +49,7 @@ from headwater.storage.ports import Head
 from headwater.storage.schema import REGISTRY_PREFIX
 
 STATE_ATTEMPTS = 8
+FORK_ATTEMPTS = 32  # taking a reference races every append to the source
 REGISTRY_CACHE = 256  # schema registry revisions kept per process
 CONF_CACHE = 100_000  # streams whose last-seen schema/profile a process remembers
 FILTER_SCAN_CAP = 100 * 1024 * 1024  # payload bytes one filtered read examines (§8.5)
@@ -247,7 +250,7 @@ class DurableStreams:
         """A fork: takes a reference on its source (so the source's entries outlive its
         delete), then creates its own topic whose log continues the source's offsets."""
         src_topic = topic_of(req.src)
-        for _ in range(STATE_ATTEMPTS):
+        for attempt in range(FORK_ATTEMPTS):
             src = await self.engine.head_of(src_topic)
             src_state = state_of(src)
             now = self.clock()
@@ -279,7 +282,10 @@ class DurableStreams:
                 )
             taken = replace(src_state, refs=src_state.refs + 1)
             if await self.engine.put_ext(src, taken.dump()) is None:
-                continue  # the source moved: judge again
+                # The source moved (an append): judge again, backing off so a fork is not
+                # starved by a busy source.
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.002 * 2**attempt)))
+                continue
             made: Written | None = None
             try:
                 made = await self._create_topic(

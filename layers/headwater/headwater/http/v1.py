@@ -693,8 +693,10 @@ def _sse(
                 rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key)
                 start = max(rr.next_seq, start)
                 if rr.records:
-                    yield sse_data_event(_payload(state, rr, view), encoding)
-                    yield _control(head, state, start, cursor)
+                    # One write: a reader that stops at the first "event: control" it sees
+                    # (even one quoted inside the data) still holds the whole data event.
+                    data = sse_data_event(_payload(state, rr, view), encoding)
+                    yield data + _control(head, state, start, cursor)
                     first = False
                     continue
             if start >= head.head_seq and (first or state.closed):

@@ -580,6 +580,18 @@ class DurableStreams:
         self._conf[name] = state.conf
         return True
 
+    async def commit_conf_blob(
+        self, name: str, head: Head, state: StreamState, key: str, body: bytes
+    ) -> bool:
+        """`_commit_conf` for an immutable object that `state` (its profile) refers to by `key`:
+        the state-protocol touch templates (durable/touch.py). The object is written first; a
+        lost race deletes it again (nothing refers to it)."""
+        await self.engine.put_blob(key, body)
+        if await self._commit_conf(name, head, state, None):
+            return True
+        await self.engine.delete_blobs([key])
+        return False
+
     def promoter(self, reg: dict[str, Any]) -> Callable[[StoredRecord], bytes] | None:
         """How a read brings stored entries to the current schema version (None: nothing
         to promote). Entries after a boundary are of its version; version 1 is the first."""

@@ -76,6 +76,9 @@ class StreamState:
     registry_key: str = ""
     schema_version: int = 0
     refs: int = 0  # forks reading entries from this stream (it outlives its delete for them)
+    # The state-protocol touch templates (durable/touch.py): an immutable S3 object per
+    # revision, like the registry. Not part of `conf`: templates do not shape appends.
+    touch_key: str = ""
     gone: bool = False  # deleted while forks still read from it: 410 until the last goes
 
     def dump(self) -> str:
@@ -101,6 +104,8 @@ class StreamState:
             body["reg"] = [self.registry_key, self.schema_version]
         if self.refs:
             body["refs"] = self.refs
+        if self.touch_key:
+            body["tch"] = self.touch_key
         if self.gone:
             body["gone"] = True
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
@@ -123,6 +128,7 @@ class StreamState:
             registry_key=str(raw["reg"][0]) if "reg" in raw else "",
             schema_version=int(raw["reg"][1]) if "reg" in raw else 0,
             refs=int(raw.get("refs", 0)),
+            touch_key=str(raw.get("tch", "")),
             gone=bool(raw.get("gone", False)),
         )
 

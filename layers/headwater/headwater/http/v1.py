@@ -110,6 +110,9 @@ def _stream_name(path: str) -> str:
 
 def _split(path: str) -> tuple[str, str | None, str | None]:
     """(stream name, subresource, routing key) of the part of the path after /v1/stream/."""
+    for route in ("touch/meta", "touch/wait", "touch/templates/activate"):
+        if path.endswith("/" + route):
+            return _stream_name(path[: -len(route) - 1]), route, None
     if "/pk/" in path:
         name, _, key = path.rpartition("/pk/")
         return _stream_name(name), None, key
@@ -259,6 +262,10 @@ async def stream_resource(request: Request, path: str) -> Response:
             return await _profile(request, svc, name)
         if sub == "_schema":
             return await _schema(request, svc, name)
+        if sub.startswith("touch/"):
+            from headwater.http import v1_touch  # it imports this module's helpers
+
+            return await v1_touch.route(request, svc, name, sub)
         raise NotFound(f"{sub} is not available on this server yet")
     if method == "PUT":
         authorize(request, svc, "write", name=name)

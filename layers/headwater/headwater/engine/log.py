@@ -695,7 +695,7 @@ class LogEngine:
         notes = guard.notes if guard is not None else {}
         for i in admitted:
             results[i] = AppendResult(
-                *spans[i], last, creating and i == creator, False, notes.get(i)
+                *spans[i], last, creating and i == creator, False, notes.get(i), now
             )
         self._settle_duplicates(reqs, live, results, seen_keys, committed)
         if entries and not inline_tags:

@@ -53,6 +53,7 @@ class AppendResult:
     created: bool
     deduped: bool
     note: Any = None  # from the request's guard
+    ts: int = 0  # append time (ms) of a new write; 0 for a duplicate
 
 
 @dataclass(frozen=True, slots=True)

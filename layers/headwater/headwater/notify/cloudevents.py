@@ -1,0 +1,53 @@
+"""The CloudEvents 1.0 body aviso sends for one notification (watch and replay frames).
+
+Keys come out in aviso's wire order (serde_json sorts them); `data.payload` is the stored
+payload unchanged, JSON null when the notify request had none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+TYPE_PREFIX = "int.ecmwf.aviso"
+
+
+@dataclass(frozen=True, slots=True)
+class CloudEventSettings:
+    #: aviso's `application.base_url`: the event `source` and the prefix of `dataschema`
+    base_url: str = "http://localhost"
+
+
+def cloudevent_time(moment: datetime) -> str:
+    """chrono's RFC 3339 with `Z` and only as many fraction digits as needed (0, 3 or 6)."""
+    utc = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    micros = utc.microsecond
+    if micros == 0:
+        return text + "Z"
+    if micros % 1000 == 0:
+        return f"{text}.{micros // 1000:03d}Z"
+    return f"{text}.{micros:06d}Z"
+
+
+def cloudevent(
+    event_type: str,
+    seq: int,
+    identifier: Mapping[str, str],
+    payload: Any,
+    time: datetime,
+    settings: CloudEventSettings,
+) -> dict[str, Any]:
+    base = settings.base_url
+    return {
+        "data": {"identifier": dict(identifier), "payload": payload},
+        "datacontenttype": "application/json",
+        "dataschema": f"{base}/schema/{event_type}",
+        "id": f"{event_type}@{seq}",
+        "source": base,
+        "specversion": "1.0",
+        "time": cloudevent_time(time),
+        "type": f"{TYPE_PREFIX}.{event_type}",
+    }

@@ -1,0 +1,111 @@
+"""Does a stored notification pass a watch/replay filter?
+
+Non-spatial first: every exact value (`*` matches anything) and every constraint must hold
+for the stored canonical identifier. Then the spatial filter, only over the schema's polygon
+field: `polygon` keeps notifications whose polygon intersects the request's (touching counts),
+`point` keeps those whose polygon contains the point (a point on the edge is not contained).
+The polygon field never takes part in exact matching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+
+import shapely
+from shapely.errors import GEOSException
+from shapely.geometry import Point, Polygon
+
+from headwater.notify.errors import FieldError
+from headwater.notify.handlers import LatLon, check_polygon_shape, parse_polygon
+from headwater.notify.requests import PointFilter, PolygonFilter, StreamFilter
+from headwater.notify.topic import WILDCARD
+
+BBox = tuple[float, float, float, float]  # min_lon, min_lat, max_lon, max_lat
+
+
+def polygon_from_coordinates(coordinates: tuple[LatLon, ...]) -> Polygon:
+    """shapely polygon in (x=lon, y=lat) from aviso's (lat, lon) pairs."""
+    return Polygon([(lon, lat) for lat, lon in coordinates])
+
+
+@lru_cache(maxsize=8192)
+def stored_polygon(text: str) -> Polygon | None:
+    """A stored polygon string as a prepared shapely polygon (None if it does not parse)."""
+    try:
+        coordinates = parse_polygon(text)
+        check_polygon_shape(coordinates)
+    except FieldError:
+        return None
+    polygon = polygon_from_coordinates(coordinates)
+    shapely.prepare(polygon)
+    return polygon
+
+
+def bounding_box_text(coordinates: tuple[LatLon, ...]) -> str:
+    """aviso's `spatial_bbox` header: `min_lat,min_lon,max_lat,max_lon` (Rust number text)."""
+    from headwater.notify.numbers import rust_display_f64
+
+    lats = [lat for lat, _ in coordinates]
+    lons = [lon for _, lon in coordinates]
+    return ",".join(rust_display_f64(v) for v in (min(lats), min(lons), max(lats), max(lons)))
+
+
+class CompiledFilter:
+    """A StreamFilter made ready for many records (geometry built and prepared once)."""
+
+    __slots__ = ("_constraints", "_exact", "_point", "_polygon", "_polygon_field", "filter")
+
+    def __init__(self, stream_filter: StreamFilter) -> None:
+        self.filter = stream_filter
+        polygon_field = stream_filter.polygon_field
+        self._polygon_field = polygon_field
+        self._exact = tuple(
+            (name, value)
+            for name, value in stream_filter.values.items()
+            if value != WILDCARD and name != polygon_field
+        )
+        self._constraints = tuple(stream_filter.constraints.items())
+        self._polygon: Polygon | None = None
+        self._point: Point | None = None
+        spatial = stream_filter.spatial
+        if isinstance(spatial, PolygonFilter):
+            self._polygon = polygon_from_coordinates(spatial.coordinates)
+            shapely.prepare(self._polygon)
+        elif isinstance(spatial, PointFilter):
+            self._point = Point(spatial.lon, spatial.lat)
+
+    def matches_identifier(self, identifier: Mapping[str, str]) -> bool:
+        """The non-spatial part: exact values and constraints."""
+        for name, value in self._exact:
+            if identifier.get(name) != value:
+                return False
+        for name, constraint in self._constraints:
+            stored = identifier.get(name)
+            if stored is None or stored in ("", WILDCARD) or not constraint.matches_text(stored):
+                return False
+        return True
+
+    def matches_spatial(self, identifier: Mapping[str, str]) -> bool:
+        if self._polygon is None and self._point is None:
+            return True
+        if self._polygon_field is None:
+            return False
+        text = identifier.get(self._polygon_field)
+        candidate = stored_polygon(text) if text else None
+        if candidate is None:
+            return False
+        try:
+            if self._polygon is not None:
+                return bool(self._polygon.intersects(candidate))
+            return bool(candidate.contains(self._point))
+        except GEOSException:
+            return False
+
+    def __call__(self, identifier: Mapping[str, str]) -> bool:
+        return self.matches_identifier(identifier) and self.matches_spatial(identifier)
+
+
+def matches(stream_filter: StreamFilter, identifier: Mapping[str, str]) -> bool:
+    """One-off test; compile once with `CompiledFilter` to test many records."""
+    return CompiledFilter(stream_filter)(identifier)

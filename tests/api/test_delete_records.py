@@ -3,6 +3,7 @@ point-in-time, silent, earliest_seq advance, counters; and the per-topic tag ind
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -19,8 +20,9 @@ from api_helpers import (
     state,
 )
 from starlette.testclient import TestClient
+from test_tiering import EAGER, services
 
-from headwater.errors import StorageUnavailable
+from headwater.errors import StorageUnavailable, TopicNotFound
 
 pytestmark = pytest.mark.api
 
@@ -327,3 +329,54 @@ def test_tag_index_left_pending_by_a_failed_writer_is_completed_on_delete(
     assert delete(c, "p", match=["tag", "Glob", "u:00*"])["deleted"] == 10
     assert delete(c, "p", match="u:119")["deleted"] == 1
     assert state(c, "p")["count"] == 110
+
+
+# --- LogEngine.delete_seqs: one record by seq (the /api/v1 admin delete) -----------------------
+def _delete_seqs(client: TestClient, topic: str, *seqs: int) -> tuple[int, int, int, int]:
+    svc = services(client)
+    result = asyncio.run(svc.engine.delete_seqs(topic, list(seqs)))
+    return result.deleted, result.head.count, result.head.earliest_seq, result.head.head_seq
+
+
+def test_delete_seqs_removes_exactly_those_records(client: TestClient) -> None:
+    append(client, "one", [{"data": i} for i in range(6)])  # one frame holding seqs 1..6
+    full = state(client, "one")
+    # WHEN deleting seqs 3 and 5 (and 9, past the head: skipped)
+    assert _delete_seqs(client, "one", 5, 3, 9) == (2, 4, 1, 6)
+    # THEN only they are gone, the counters follow, and a second delete removes nothing
+    assert live_seqs(client, "one") == [1, 2, 4, 6]
+    st = state(client, "one")
+    assert st["count"] == 4 and 0 < st["bytes"] < full["bytes"]
+    assert _delete_seqs(client, "one", 3) == (0, 4, 1, 6)
+
+
+def test_delete_seqs_of_the_first_record_moves_the_floor(client: TestClient) -> None:
+    append_data(client, "f", "a", "b", "c")
+    assert _delete_seqs(client, "f", 1) == (1, 2, 2, 3)
+    assert _delete_seqs(client, "f", 2) == (1, 1, 3, 3)
+    assert live_seqs(client, "f") == [3]
+
+
+def test_delete_seqs_below_the_floor_or_on_a_missing_topic(client: TestClient) -> None:
+    append_data(client, "g", *range(4))
+    delete(client, "g", before_seq=3)
+    assert _delete_seqs(client, "g", 1, 2) == (0, 2, 3, 4)
+    with pytest.raises(TopicNotFound):
+        _delete_seqs(client, "never-made", 1)
+
+
+def test_delete_seqs_in_sealed_segments_and_tail(make_client: MakeClient) -> None:
+    c = make_client(tiering=EAGER)
+    for first in range(0, 30, 5):
+        append(c, "sealed", [{"data": {"i": first + k}} for k in range(5)])
+    assert services(c).upkeep.run("sealed").sealed >= 1
+    append(c, "sealed", [{"data": {"i": 30 + k}} for k in range(5)])  # an unsealed tail
+    sealed_through = state(c, "sealed")["sealed_through"]
+    assert 10 <= sealed_through <= 30
+    # WHEN deleting a sealed record, the first record and a tail record
+    deleted, count, earliest, _ = _delete_seqs(c, "sealed", 4, 1, 33)
+    # THEN all three are gone, from a fresh reader too
+    assert (deleted, count, earliest) == (3, 32, 2)
+    want = [s for s in range(1, 36) if s not in (1, 4, 33)]
+    assert live_seqs(c, "sealed") == want
+    assert live_seqs(make_client(), "sealed") == want

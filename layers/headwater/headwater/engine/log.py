@@ -11,7 +11,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -1183,8 +1183,16 @@ class LogEngine:
         self.notifier.notify(topic)
         return result
 
+    async def delete_seqs(self, topic: str, seqs: Sequence[int]) -> DeleteResult:
+        """Delete the records with these seqs (tail or sealed), by the same delete marks a
+        tag delete writes; seqs that are absent or already deleted are skipped. `deleted`
+        counts the records this call removed."""
+        result = await self._io(self._delete_sync, topic, None, tuple(sorted(set(seqs))))
+        self.notifier.notify(topic)
+        return result
+
     def _delete_sync(
-        self, topic: str, before_seq: int | None, match: TagMatch | None
+        self, topic: str, before_seq: int | None, match: TagMatch | tuple[int, ...] | None
     ) -> DeleteResult:
         for _ in range(MAX_ATTEMPTS):
             head = self.heads.get(topic)
@@ -1196,6 +1204,8 @@ class LogEngine:
             try:
                 if match is None:
                     outcome = self._delete_prefix(head, upper)
+                elif isinstance(match, tuple):
+                    outcome = self._delete_marked(head, self._frames_holding(head, match))
                 else:
                     outcome = self._delete_tagged(head, upper, match)
             except StaleHead:
@@ -1275,6 +1285,23 @@ class LogEngine:
             seqs = [s for s in e.seqs if head.earliest_seq <= s < upper]
             if seqs:
                 wanted.setdefault(e.frame_last_seq, []).extend(seqs)
+        return self._delete_marked(head, wanted)
+
+    def _frames_holding(self, head: Head, seqs: tuple[int, ...]) -> dict[int, list[int]]:
+        """{last seq of the frame (or segment block) holding it: [seq, ...]} for the live
+        records among `seqs`."""
+        wanted: dict[int, list[int]] = {}
+        for seq in seqs:
+            if not head.earliest_seq <= seq <= head.head_seq:
+                continue
+            for rec, frame in self._records_between(head, seq, seq + 1):
+                if rec.seq == seq and seq not in frame.deleted:
+                    wanted.setdefault(frame.last_seq, []).append(seq)
+        return wanted
+
+    def _delete_marked(self, head: Head, wanted: dict[int, list[int]]) -> tuple[int, Head] | None:
+        """Mark `wanted` ({frame last seq: seqs}) deleted, atomically with the head counters
+        (in chunks of one transaction), then move the floor past a deleted prefix."""
         if not wanted:
             return 0, head
         # (in a segment, marks): sealed seqs are marked on their segment's item, the rest on

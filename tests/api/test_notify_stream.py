@@ -323,13 +323,35 @@ def test_storage_failure_sends_an_error_frame_then_closes(
     asyncio.run(run())
 
 
-def test_wipe_removes_the_history(engine: LogEngine) -> None:
+def test_wipe_removes_the_history_and_keeps_the_numbering(engine: LogEngine) -> None:
     async def run() -> None:
         store = NotificationStore(engine)
         await publish(store, 3)
         assert await store.wipe(ET) == 3
-        assert await store.head(ET) is None
+        head = await store.head(ET)
+        assert head is not None and head.count == 0
+        assert (await store.batch(ET, 0, 10, head)).notifications == []
+        # seqs are never reused: a client's saved cursor still means the same notification
         again = await store.publish(ET, "t", {}, None)
-        assert again.seq == 1
+        assert again.seq == 4
+        assert await store.wipe(ET) == 1
+        assert await store.wipe("never-written") == 0
+        # one notification deleted by seq; the rest stay
+        await publish(store, 3)
+        assert await store.delete(ET, 6) and not await store.delete(ET, 6)
+        assert not await store.delete(ET, 99) and not await store.delete("never-written", 1)
+        head = await store.head(ET)
+        left = await store.batch(ET, 0, 10, head)
+        assert [n.seq for n in left.notifications] == [5, 7]
+
+    asyncio.run(run())
+
+
+def test_event_types_lists_every_log_across_pages(engine: LogEngine) -> None:
+    async def run() -> None:
+        store = NotificationStore(engine)
+        for event_type in ("c", "a", "b", "d", "e"):
+            await store.publish(event_type, "t", {}, None)
+        assert await store.event_types(page_size=2) == ["a", "b", "c", "d", "e"]
 
     asyncio.run(run())

@@ -25,8 +25,11 @@ from headwater.engine.tiering import Upkeep
 from headwater.errors import ConfigurationError
 from headwater.http.auth import KeyStore
 from headwater.http.limits import ConnectionLimits
+from headwater.notify.schema import NotificationSchema
+from headwater.notify.service import NotificationService, load_notification_schema
+from headwater.notify.store import NotificationStore
 from headwater.settings import Settings
-from headwater.storage.blobs import S3BlobStore
+from headwater.storage.blobs import S3BlobStore, read_object
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 from headwater.storage.leases import DynamoLeaseStore
@@ -124,6 +127,7 @@ class Services:
     limits: ConnectionLimits
     queues: QueueEngine
     upkeep: Upkeep
+    notifications: NotificationService
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
     streams: DurableStreams = field(init=False)
@@ -132,8 +136,21 @@ class Services:
         self.streams = DurableStreams(self.engine, self.engine.clock)
 
     @classmethod
-    def build(cls, settings: Settings, clients: AwsClients | None, keys: KeyStore) -> Services:
+    def build(
+        cls,
+        settings: Settings,
+        clients: AwsClients | None,
+        keys: KeyStore,
+        schema: NotificationSchema | None = None,
+    ) -> Services:
         core = Core.build(settings, clients)
+        if schema is None:
+            # An s3:// schema is read here, through the app's clients (a file was read by
+            # create_app already); a bad one raises ConfigurationError.
+            s3 = core.clients.s3
+            schema = load_notification_schema(
+                settings.notify.schema, lambda bucket, key: read_object(s3, bucket, key)
+            )
         return cls(
             settings,
             core.clients,
@@ -145,7 +162,14 @@ class Services:
             ConnectionLimits(settings.caps),
             core.queues,
             core.upkeep,
+            NotificationService(schema, NotificationStore(core.engine), settings.notify),
         )
+
+    def begin_shutdown(self) -> None:
+        """The server is stopping: refuse new work and close every open notification
+        stream with `server_shutdown` (idempotent; call it on the serving loop)."""
+        self.shutting_down = True
+        self.notifications.shutdown.set()
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)
@@ -158,11 +182,13 @@ class LazyServices:
         clients: AwsClients | None,
         keys: KeyStore | None,
         parameter_name: str | None,
+        schema: NotificationSchema | None = None,
     ) -> None:
         self._settings = settings
         self._clients = clients
         self._keys = keys
         self._parameter_name = parameter_name
+        self._schema = schema
         self._built: Services | None = None
         self._lock = threading.Lock()
         self.started_monotonic = time.monotonic()
@@ -181,7 +207,7 @@ class LazyServices:
                     keys = self._keys or KeyStore.parse(
                         load_api_keys(self._settings, self._parameter_name)
                     )
-                    self._built = Services.build(self._settings, self._clients, keys)
+                    self._built = Services.build(self._settings, self._clients, keys, self._schema)
         return self._built
 
     @property

@@ -52,12 +52,27 @@ ENV_TIERING_INLINE = "HEADWATER_TIERING_INLINE"
 ENV_EPHEMERAL_RETENTION_MS = "HEADWATER_EPHEMERAL_RETENTION_MS"
 ENV_MEMORY_RETENTION_MS = "HEADWATER_MEMORY_RETENTION_MS"
 ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"  # `make run`: fixed port for the embedded moto
+# /api/v1 notifications (aviso-compatible): the schema, and aviso's `watch_endpoint` settings
+ENV_NOTIFICATION_SCHEMA = "HEADWATER_NOTIFICATION_SCHEMA"  # a file path or s3://bucket/key
+ENV_NOTIFY_BASE_URL = "HEADWATER_NOTIFY_BASE_URL"  # aviso's application.base_url (CloudEvents)
+ENV_SSE_HEARTBEAT_INTERVAL_SEC = "HEADWATER_SSE_HEARTBEAT_INTERVAL_SEC"
+ENV_CONNECTION_MAX_DURATION_SEC = "HEADWATER_CONNECTION_MAX_DURATION_SEC"
+ENV_REPLAY_BATCH_SIZE = "HEADWATER_REPLAY_BATCH_SIZE"
+ENV_MAX_HISTORICAL_NOTIFICATIONS = "HEADWATER_MAX_HISTORICAL_NOTIFICATIONS"
+ENV_REPLAY_BATCH_DELAY_MS = "HEADWATER_REPLAY_BATCH_DELAY_MS"
+# On Lambda: the function's timeout (template.yaml passes StreamTimeoutSeconds), which bounds
+# how long one watch may stay open. AWS_LAMBDA_FUNCTION_NAME is set by the Lambda runtime.
+ENV_LAMBDA_TIMEOUT_SEC = "HEADWATER_LAMBDA_TIMEOUT_SEC"
+ENV_LAMBDA_FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
 
 # The largest frame kept inline in a DynamoDB item (items are capped at 400 KB; the adapter
 # contract tests prove this size commits on DynamoDB Local). Larger frames go to S3.
 MAX_INLINE_FRAME_BYTES = 300_000
+# Lambda's hard ceiling on one invocation (so on one streamed response).
+LAMBDA_MAX_TIMEOUT_SEC = 900
+
 # Default spill point: above ~64 KB a transactional DynamoDB write (2 WRU per KB) costs far
 # more than one S3 PUT, and batches that large are throughput-, not latency-sensitive.
 DEFAULT_SPILL_BYTES = 64 * 1024
@@ -142,6 +157,56 @@ class Tiering:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """aviso's `watch_endpoint` settings for /api/v1/watch and /api/v1/replay (same names,
+    same defaults)."""
+
+    sse_heartbeat_interval_sec: float = 30
+    connection_max_duration_sec: float = 3600
+    replay_batch_size: int = 100
+    max_historical_notifications: int = 10_000
+    replay_batch_delay_ms: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class NotifySettings:
+    """/api/v1 notifications: where the schema comes from ("" = none configured: every
+    event type is unknown), the CloudEvents base URL, and the watch/replay settings."""
+
+    schema: str = ""
+    base_url: str = "http://localhost"
+    stream: StreamSettings = field(default_factory=StreamSettings)
+
+
+def lambda_stream_limit_sec(timeout_sec: int) -> int:
+    """The longest a watch may stay open inside a Lambda invocation of `timeout_sec`: the
+    timeout less a margin (10%, 5..60 s) in which the stream still sends its closing frame.
+    900 s (the most Lambda allows) gives 840 s."""
+    timeout = min(timeout_sec, LAMBDA_MAX_TIMEOUT_SEC)
+    return max(1, timeout - min(60, max(5, timeout // 10)))
+
+
+def _notify(env: Mapping[str, str]) -> NotifySettings:
+    max_duration = _int(env, ENV_CONNECTION_MAX_DURATION_SEC, 3600, 1)
+    if env.get(ENV_LAMBDA_FUNCTION_NAME):
+        # A Lambda invocation ends at its timeout (at most 15 minutes): a watch must close
+        # with `max_duration_reached` before that, or the client sees a cut connection.
+        timeout = _int(env, ENV_LAMBDA_TIMEOUT_SEC, LAMBDA_MAX_TIMEOUT_SEC, 1)
+        max_duration = min(max_duration, lambda_stream_limit_sec(timeout))
+    return NotifySettings(
+        schema=env.get(ENV_NOTIFICATION_SCHEMA, "").strip(),
+        base_url=env.get(ENV_NOTIFY_BASE_URL, "") or "http://localhost",
+        stream=StreamSettings(
+            sse_heartbeat_interval_sec=_int(env, ENV_SSE_HEARTBEAT_INTERVAL_SEC, 30, 1),
+            connection_max_duration_sec=max_duration,
+            replay_batch_size=_int(env, ENV_REPLAY_BATCH_SIZE, 100, 1),
+            max_historical_notifications=_int(env, ENV_MAX_HISTORICAL_NOTIFICATIONS, 10_000, 1),
+            replay_batch_delay_ms=_int(env, ENV_REPLAY_BATCH_DELAY_MS, 100, 0),
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 4000
@@ -160,6 +225,7 @@ class Settings:
     tiering: Tiering = field(default_factory=Tiering)
     limits: Limits = field(default_factory=Limits)
     caps: Caps = field(default_factory=Caps)
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
     @property
     def bucket_name(self) -> str:
@@ -217,6 +283,7 @@ class Settings:
             watch_session_ttl_ms=_int(e, ENV_WATCH_SESSION_TTL_MS, 300_000, 1000),
             limits=limits,
             caps=caps,
+            notify=_notify(e),
             tiering=Tiering(
                 seal_records=_int(e, ENV_SEAL_RECORDS, 4096, 1),
                 seal_bytes=_int(e, ENV_SEAL_BYTES, 4 << 20, 1),

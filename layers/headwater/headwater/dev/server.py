@@ -1,14 +1,22 @@
 """`make run`: start the embedded emulator (unless an AWS endpoint is configured), create the
-tables and bucket, and serve the whole API with uvicorn. Ctrl-C stops everything."""
+tables and bucket, and serve the whole API with uvicorn. Ctrl-C stops everything.
+
+/api/v1 serves the example notification schema (infra/notification_schema.example.yaml)
+unless HEADWATER_NOTIFICATION_SCHEMA names another (set it empty for none). On SIGINT or
+SIGTERM, open notification streams are closed with `server_shutdown` before uvicorn waits
+for connections to end."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import socket
 import sys
+from pathlib import Path
 
 import uvicorn
-from starlette.types import ASGIApp
+from fastapi import FastAPI
 
 from headwater.dev.emulator import (
     FAKE_CREDENTIALS,
@@ -16,14 +24,34 @@ from headwater.dev.emulator import (
     external_endpoint_configured,
 )
 from headwater.errors import ConfigurationError
-from headwater.settings import ENV_EMULATOR_PORT, Settings
+from headwater.settings import ENV_EMULATOR_PORT, ENV_NOTIFICATION_SCHEMA, Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 
+# The repository's example schema (a source checkout; absent from an installed package).
+EXAMPLE_SCHEMA = Path(__file__).resolve().parents[4] / "infra" / "notification_schema.example.yaml"
+CLOSING_GRACE_S = 0.5  # lets closing frames reach the sockets before uvicorn closes them
 
-def serve(app: ASGIApp, settings: Settings) -> None:
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn, but open /api/v1 streams end with `connection-closing` `server_shutdown` as
+    soon as it starts stopping (uvicorn would wait for them, then cancel them)."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.headwater_app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        from headwater.http.app import begin_shutdown
+
+        begin_shutdown(self.headwater_app)
+        await asyncio.sleep(CLOSING_GRACE_S)
+        await super().shutdown(sockets)
+
+
+def serve(app: FastAPI, settings: Settings) -> None:
     """Serve with uvicorn until SIGINT/SIGTERM (uvloop + httptools when installed)."""
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -31,6 +59,15 @@ def serve(app: ASGIApp, settings: Settings) -> None:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    GracefulServer(config, app).run()
+
+
+def default_notification_schema() -> str | None:
+    """The schema `make run` serves when none is configured: the example, if present."""
+    if ENV_NOTIFICATION_SCHEMA in os.environ or not EXAMPLE_SCHEMA.is_file():
+        return None
+    os.environ[ENV_NOTIFICATION_SCHEMA] = str(EXAMPLE_SCHEMA)
+    return str(EXAMPLE_SCHEMA)
 
 
 def main() -> int:
@@ -47,6 +84,9 @@ def main() -> int:
             if k.startswith("AWS_REGION") or k == "AWS_DEFAULT_REGION":
                 os.environ.setdefault(k, v)
         log.info("using configured AWS endpoint(s); no emulator started")
+    example = default_notification_schema()
+    if example is not None:
+        log.info("notification schema: %s (set %s to change)", example, ENV_NOTIFICATION_SCHEMA)
     try:
         settings = Settings.from_env()
         ensure_resources(settings, AwsClients.create(settings))

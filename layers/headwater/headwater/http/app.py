@@ -14,11 +14,25 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
-from headwater.http import errors, probes, queue, rollups, routers, v0, v1, watch, ws
+from headwater.http import (
+    errors,
+    notifications,
+    probes,
+    queue,
+    rollups,
+    routers,
+    v0,
+    v1,
+    watch,
+    ws,
+)
 from headwater.http.auth import KeyStore
+from headwater.http.aviso import RequestIdMiddleware
 from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import BrowserSafety, TimingMiddleware
+from headwater.notify.schema import NotificationSchema
+from headwater.notify.service import load_notification_schema
 from headwater.services import LazyServices
 from headwater.settings import ENV_API_KEYS, ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.clients import AwsClients
@@ -39,7 +53,13 @@ def create_app(
         # Loud at boot (spec §0.2): a server with no keys is single-tenant dev mode.
         log.warning("auth is DISABLED: no %s configured (dev mode)", ENV_API_KEYS)
     settings.check_bind(has_keys=bool(parameter_name) or (keys is not None and keys.enabled))
-    lazy = LazyServices(settings, clients, keys, parameter_name)
+    # A schema file is read now, so a bad one refuses to start; an s3:// one is read with the
+    # app's clients when the services are built (at startup under uvicorn; the buffered
+    # Lambda builds them on its first request, and creates no client at import).
+    schema: NotificationSchema | None = None
+    if not settings.notify.schema.startswith("s3://"):
+        schema = load_notification_schema(settings.notify.schema, None)
+    lazy = LazyServices(settings, clients, keys, parameter_name, schema)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -59,7 +79,7 @@ def create_app(
             sealer.cancel()
         built = lazy.built
         if built is not None:
-            built.shutting_down = True
+            built.begin_shutdown()
             await built.routers.stop()
             built.engine.close()
 
@@ -80,6 +100,7 @@ def create_app(
     app.include_router(routers.router)
     app.include_router(ws.router)
     app.include_router(v1.router)
+    app.include_router(notifications.router)
     app.add_middleware(InflightLimit)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
@@ -92,4 +113,18 @@ def create_app(
     )
     app.add_middleware(BrowserSafety)
     app.add_middleware(TimingMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every /api/v1 response carries it
     return app
+
+
+def begin_shutdown(app: FastAPI) -> None:
+    """Start a graceful shutdown now, before the server waits for open responses to end:
+    refuse new work and close every open /api/v1 stream with `server_shutdown`. The lifespan
+    calls it too, but uvicorn runs the lifespan's shutdown only after every connection has
+    closed (or its graceful timeout cancelled them), so a server that wants streams to say
+    goodbye calls this when it starts stopping (headwater.dev.server does). Idempotent; call
+    it on the serving event loop."""
+    lazy: LazyServices = app.state.services
+    built = lazy.built
+    if built is not None:
+        built.begin_shutdown()

@@ -94,6 +94,8 @@ class ConnectionLimits:
 
 def is_stream_request(method: str, path: str) -> bool:
     """Long-lived streams are bounded by the stream caps, not the in-flight cap (§11)."""
+    if method == "POST":
+        return path in ("/api/v1/watch", "/api/v1/replay")
     return method == "GET" and (
         (path.startswith("/v0/watch/") and path.count("/") == 3)
         or (path.startswith("/v0/topics/") and path.endswith("/work"))

@@ -1,4 +1,5 @@
-"""JSON responses with the `performance` object, and the /v0 error envelope."""
+"""JSON responses with the `performance` object, and each surface's error envelope (/v0's,
+Durable Streams' on /v1, aviso's on /api/v1)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headwater import jsoncodec
 from headwater.errors import HeadwaterError
+from headwater.http import aviso
 
 T0_KEY = "headwater.t0"
 
@@ -95,6 +97,11 @@ def error_response(request: Request, exc: HeadwaterError) -> Response:
     headers = dict(exc.headers)
     if exc.status in (429, 503) and "Retry-After" not in headers:
         headers["Retry-After"] = "1"
+    if aviso.is_api_v1(request.url.path):
+        # aviso's bodies, with the request id also in the header: a 500 from the catch-all
+        # handler is answered outside the middleware that normally sets it.
+        headers[aviso.HEADER] = aviso.request_id(request)
+        return aviso.error_response(request, exc, headers)
     if request.url.path.startswith("/v1/"):
         # Durable Streams (protocol §11): exactly {"error": {"code", "message"}}.
         body = dumps({"error": {"code": exc.code, "message": exc.message}})

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -55,7 +55,16 @@ def error_frame(body: dict[str, object]) -> bytes:
     return b"event: error\ndata: " + jsoncodec.dumps(body) + b"\n\n"
 
 
+def headwater_final_frame(code: int, message: str) -> bytes:
+    """The last frame of a stream that fails (503) or whose client stopped draining (408)."""
+    return error_frame({"code": code, "error": message, "terminal": True})
+
+
 class EventStreamResponse(Response):
+    """`headers`, `content_type`, `pacing_advice` and `final_frame` let a surface keep its
+    own wire shape (aviso's /api/v1 streams have their own headers, no pacing advisory, and
+    end with their own error and closing frames)."""
+
     def __init__(
         self,
         frames: AsyncGenerator[bytes, None],
@@ -65,6 +74,10 @@ class EventStreamResponse(Response):
         grace_ms: int,
         timeout_ms: int,
         queue_frames: int = QUEUE_FRAMES,
+        headers: Mapping[str, str] = SSE_HEADERS,
+        content_type: str = "text/event-stream; charset=utf-8",
+        pacing_advice: bool = True,
+        final_frame: Callable[[int, str], bytes] = headwater_final_frame,
     ) -> None:
         super().__init__(status_code=200, media_type="text/event-stream")
         self.frames = frames
@@ -72,6 +85,12 @@ class EventStreamResponse(Response):
         self.topics = list(topics)
         self.grace_s = grace_ms / 1000
         self.timeout_s = timeout_ms / 1000
+        self.sse_headers = [
+            (b"content-type", content_type.encode()),
+            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+        ]
+        self.pacing_advice = pacing_advice
+        self.final_frame = final_frame
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=queue_frames)
         self.blocked_since: float | None = None  # producer waiting for queue space
         self.advised = False
@@ -84,10 +103,7 @@ class EventStreamResponse(Response):
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": [
-                        (b"content-type", b"text/event-stream; charset=utf-8"),
-                        *((k.lower().encode(), v.encode()) for k, v in SSE_HEADERS.items()),
-                    ],
+                    "headers": self.sse_headers,
                 }
             )
             producer = asyncio.create_task(self._produce())
@@ -112,9 +128,7 @@ class EventStreamResponse(Response):
                 self.blocked_since = None
         except HeadwaterError as exc:
             log.warning("stream ended by %s: %s", exc.code, exc.message)
-            await self.queue.put(
-                error_frame({"code": exc.status, "error": exc.message, "terminal": True})
-            )
+            await self.queue.put(self.final_frame(exc.status, exc.message))
         await self.queue.put(None)
 
     async def _watch_disconnect(self, receive: Receive) -> None:
@@ -152,7 +166,7 @@ class EventStreamResponse(Response):
                 size += len(nxt)
             blocked = self.blocked_since
             if blocked is not None and time.monotonic() - blocked >= self.grace_s:
-                if not self.advised:
+                if not self.advised and self.pacing_advice:
                     self.advised = True
                     parts.insert(0, self._advisory())
             elif self.queue.empty():
@@ -168,13 +182,10 @@ class EventStreamResponse(Response):
             except TimeoutError:
                 self.outcome = "slow_consumer"
                 log.warning("closing a stream not drained for %.1f s", self.timeout_s)
-                final = error_frame(
-                    {
-                        "code": 408,
-                        "error": "slow consumer: the stream could not drain in time; reconnect "
-                        "with Last-Event-ID to resume",
-                        "terminal": True,
-                    }
+                final = self.final_frame(
+                    408,
+                    "slow consumer: the stream could not drain in time; reconnect "
+                    "with Last-Event-ID to resume",
                 )
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(FINAL_WRITE_S):

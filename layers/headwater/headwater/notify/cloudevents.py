@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from headwater.notify.numbers import wire_json
+
 TYPE_PREFIX = "int.ecmwf.aviso"
 
 
@@ -51,3 +53,20 @@ def cloudevent(
         "time": cloudevent_time(time),
         "type": f"{TYPE_PREFIX}.{event_type}",
     }
+
+
+def cloudevent_json(
+    event_type: str,
+    seq: int,
+    identifier: Mapping[str, str],
+    payload_json: bytes,
+    time: datetime,
+    settings: CloudEventSettings,
+) -> bytes:
+    """The same event as aviso's JSON bytes (`numbers.wire_json`), with the stored payload
+    JSON spliced in unchanged: a replay never decodes payloads. `data` sorts first and
+    `payload` last inside it, so the splice sits between fixed pieces."""
+    rest = cloudevent(event_type, seq, identifier, None, time, settings)
+    data = rest.pop("data")
+    head = '{"data":{"identifier":' + wire_json(data["identifier"]) + ',"payload":'
+    return head.encode() + payload_json + b"}," + wire_json(rest)[1:].encode()

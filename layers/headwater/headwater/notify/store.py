@@ -9,7 +9,8 @@ Each notification is one record of the engine topic `~aviso/<event_type>`:
 The engine gives every record a u64 seq (aviso's sequence number: `<event_type>@<seq>`)
 and an append time that never goes back on a topic (what `from_date` seeks by). Sealed
 history is read from S3 segments by the same range reads, so a long replay costs one range
-GET per block. No surface other than /api/v1 can name these topics: the `~` prefix is
+GET per block. Deletes (one notification, or a wipe) mark records deleted; seqs are never
+reused. No surface other than /api/v1 can name these topics: the `~` prefix is
 outside every /v0 topic name and the Durable Streams prefix is `~ds/`."""
 
 from __future__ import annotations
@@ -140,10 +141,31 @@ class NotificationStore:
             await self.engine.notifier.wait(topic, min(remaining, 0.25))
 
     async def wipe(self, event_type: str) -> int:
-        """Delete an event type's whole log: how many notifications it held."""
-        head = await self.engine.delete_topic(topic_of(event_type), if_empty=False)
-        return head.count if head is not None else 0
+        """Delete every notification of an event type: how many there were. The log and its
+        numbering stay (as a JetStream purge keeps a stream's sequence): the next notification
+        continues after the last seq ever given, so a client's saved cursor stays valid."""
+        try:
+            result = await self.engine.delete_records(topic_of(event_type), None, None)
+        except TopicNotFound:
+            return 0
+        return result.deleted
 
-    async def event_types(self, limit: int = 10_000) -> list[str]:
-        page = await self.engine.list_topics([TOPIC_PREFIX], None, limit)
-        return [event_type_of(h.topic) for h in page.heads if not h.deleted]
+    async def delete(self, event_type: str, seq: int) -> bool:
+        """Delete one notification by its seq: False if there is none (never stored, already
+        deleted, or its event type has no log)."""
+        try:
+            result = await self.engine.delete_seqs(topic_of(event_type), [seq])
+        except TopicNotFound:
+            return False
+        return result.deleted > 0
+
+    async def event_types(self, page_size: int = 1000) -> list[str]:
+        """Every event type with a log, sorted."""
+        out: list[str] = []
+        after: str | None = None
+        while True:
+            page = await self.engine.list_topics([TOPIC_PREFIX], after, page_size)
+            out += [event_type_of(h.topic) for h in page.heads if not h.deleted]
+            if page.next_after is None:
+                return out
+            after = page.next_after

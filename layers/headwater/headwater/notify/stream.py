@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +36,7 @@ import orjson
 
 from headwater.errors import HeadwaterError
 from headwater.notify.store import NotificationStore, Stored
+from headwater.settings import StreamSettings as StreamSettings  # aviso's names; re-exported
 from headwater.storage.ports import Head
 
 log = logging.getLogger(__name__)
@@ -54,17 +55,6 @@ CLOSE_MESSAGES = {
 }
 LIVE_WAIT_S = 20.0  # one engine wait; the loop re-checks shutdown and deadlines between
 QUEUE_FRAMES = 64
-
-
-@dataclass(frozen=True, slots=True)
-class StreamSettings:
-    """aviso's `watch_endpoint` settings (same names, same defaults)."""
-
-    sse_heartbeat_interval_sec: float = 30
-    connection_max_duration_sec: float = 3600
-    replay_batch_size: int = 100
-    max_historical_notifications: int = 10_000
-    replay_batch_delay_ms: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +196,7 @@ class NotificationStream:
         self.request_id = request_id
         self.replay_only = replay_only
 
-    async def frames(self) -> AsyncIterator[bytes]:
+    async def frames(self) -> AsyncGenerator[bytes, None]:
         s = self.settings
         loop = asyncio.get_running_loop()
         if self.start.live_only:

@@ -60,3 +60,13 @@ class S3BlobStore:
                 self._s3.delete_objects(Bucket=self._bucket, Delete={"Objects": chunk})
             except ClientError as exc:
                 raise StorageUnavailable("blob delete failed") from exc
+
+
+def read_object(client: Any, bucket: str, key: str) -> bytes:
+    """One whole object from any bucket (configuration files named by an s3:// URI)."""
+    try:
+        body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        raise StorageUnavailable(f"s3://{bucket}/{key}: {code or exc}") from exc
+    return body

@@ -113,3 +113,19 @@ def test_stream_function_is_wired_for_the_web_adapter(template: dict[str, Any]) 
     assert fn["FunctionUrlConfig"]["InvokeMode"] == "RESPONSE_STREAM"
     api = template["Resources"]["ApiFunction"]["Properties"]
     assert api["FunctionUrlConfig"]["InvokeMode"] == "BUFFERED"
+
+
+def test_notifications_are_wired(template: dict[str, Any]) -> None:
+    """/api/v1: the schema URI reaches every function, the StreamFunction knows its own
+    timeout (watches close before it), and browsers may send and read X-Request-ID."""
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert env[hw_settings.ENV_NOTIFICATION_SCHEMA] == {"Ref": "NotificationSchemaUri"}
+    assert template["Parameters"]["NotificationSchemaUri"]["Default"] == ""
+    stream = template["Resources"]["StreamFunction"]["Properties"]
+    assert stream["Environment"]["Variables"][hw_settings.ENV_LAMBDA_TIMEOUT_SEC] == {
+        "Ref": "StreamTimeoutSeconds"
+    }
+    assert stream["Timeout"] == {"Ref": "StreamTimeoutSeconds"}
+    for name in ("ApiFunction", "StreamFunction"):
+        cors = template["Resources"][name]["Properties"]["FunctionUrlConfig"]["Cors"]
+        assert "x-request-id" in cors["AllowHeaders"] and "x-request-id" in cors["ExposeHeaders"]

@@ -253,3 +253,14 @@ def test_sigterm_closes_open_streams_with_server_shutdown(
     assert frames[0][1]["type"] == "connection_established"
     assert frames[-1][0] == "connection-closing"
     assert frames[-1][1]["reason"] == "server_shutdown"
+
+
+def test_make_run_refuses_a_bad_schema(
+    emulator: MotoServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "schema.yaml"
+    bad.write_text("notification_schema:\n  mars:\n    identifier:\n      class: {type: Nope}\n")
+    with pytest.raises(RuntimeError, match="server exited early") as exited:
+        _start(emulator, str(tmp_path), monkeypatch, HEADWATER_NOTIFICATION_SCHEMA=str(bad))
+    log = str(exited.value)
+    assert "refusing to start" in log and str(bad) in log and "mars" in log

@@ -199,6 +199,41 @@ def test_recorded_durable_streams_events_round_trip(handler_module: ModuleType) 
     assert read["headers"]["x-content-type-options"] == "nosniff"
 
 
+def test_recorded_aviso_events_round_trip(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /api/v1 with the schema in the data bucket, as template.yaml's NotificationSchemaUri
+    # says: read through the app's clients on the first request (none at import).
+    boto3.client("ssm").put_parameter(
+        Name=KEYS_PARAMETER, Value=API_KEY, Type="SecureString", Overwrite=True
+    )
+    example = REPO / "infra" / "notification_schema.example.yaml"
+    boto3.client("s3").put_object(
+        Bucket="hw-infra-data", Key="config/schema.yaml", Body=example.read_bytes()
+    )
+    monkeypatch.setenv("HEADWATER_NOTIFICATION_SCHEMA", "s3://hw-infra-data/config/schema.yaml")
+    module = _import_handler()
+    try:
+        handler, ctx = module.handler, FakeLambdaContext()
+        stored = handler(_event("60_aviso_notify_post.json"), ctx)
+        assert stored["statusCode"] == 200, stored
+        body = _body(stored)
+        assert body["status"] == "success"
+        # the recorded request's own X-Request-ID (a UUID) is answered back
+        assert body["request_id"] == "0f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+        assert stored["headers"]["x-request-id"] == body["request_id"]
+        # a replay is finite: the buffered URL can answer it whole (watches need the stream URL)
+        replayed = handler(_event("61_aviso_replay_post.json"), ctx)
+        assert replayed["statusCode"] == 200, replayed
+        assert replayed["headers"]["content-type"] == "text/event-stream"
+        text = replayed["body"]
+        assert '"id":"test_polygon@1"' in text and '"payload":{"note":"area ready"}' in text
+        events = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+        assert events == ["replay-control", "replay", "replay-control", "connection-closing"]
+        assert '"reason":"end_of_stream"' in text
+    finally:
+        asyncio.get_event_loop().close()
+        asyncio.set_event_loop(None)
+
+
 def test_keys_come_from_the_ssm_parameter(handler_module: ModuleType) -> None:
     # GIVEN the keys parameter holds API_KEY WHEN a request carries another token THEN 401
     event = copy.deepcopy(_event("06_topics_list_get.json"))

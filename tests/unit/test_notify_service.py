@@ -193,3 +193,25 @@ def test_bad_notification_ids(raw: str, message: str) -> None:
     with pytest.raises(ValueError) as err:
         _parse_notification_id(raw)
     assert str(err.value) == message
+
+
+# --- make run's default schema -------------------------------------------------------------------
+def test_make_run_serves_the_example_schema_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from headwater.dev.server import EXAMPLE_SCHEMA, default_notification_schema
+
+    assert EXAMPLE_SCHEMA.is_file()
+    assert load_notification_schema(str(EXAMPLE_SCHEMA), None).event_types == [
+        "dissemination",
+        "extreme",
+        "mars",
+        "test_polygon",
+    ]
+    monkeypatch.delenv("HEADWATER_NOTIFICATION_SCHEMA", raising=False)
+    assert default_notification_schema() == str(EXAMPLE_SCHEMA)
+    assert Settings.from_env().notify.schema == str(EXAMPLE_SCHEMA)
+    for explicit in ("", "s3://b/k"):  # set, even empty: left alone
+        monkeypatch.setenv("HEADWATER_NOTIFICATION_SCHEMA", explicit)
+        assert default_notification_schema() is None
+        assert Settings.from_env().notify.schema == explicit

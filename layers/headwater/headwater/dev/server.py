@@ -44,8 +44,8 @@ class GracefulServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         from headwater.http.app import begin_shutdown
 
-        begin_shutdown(self.headwater_app)
-        await asyncio.sleep(CLOSING_GRACE_S)
+        if begin_shutdown(self.headwater_app):
+            await asyncio.sleep(CLOSING_GRACE_S)
         await super().shutdown(sockets)
 
 

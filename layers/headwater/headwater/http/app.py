@@ -117,14 +117,16 @@ def create_app(
     return app
 
 
-def begin_shutdown(app: FastAPI) -> None:
+def begin_shutdown(app: FastAPI) -> int:
     """Start a graceful shutdown now, before the server waits for open responses to end:
     refuse new work and close every open /api/v1 stream with `server_shutdown`. The lifespan
     calls it too, but uvicorn runs the lifespan's shutdown only after every connection has
     closed (or its graceful timeout cancelled them), so a server that wants streams to say
     goodbye calls this when it starts stopping (headwater.dev.server does). Idempotent; call
-    it on the serving event loop."""
+    it on the serving event loop. Returns how many streams (SSE, WebSocket) were open."""
     lazy: LazyServices = app.state.services
     built = lazy.built
-    if built is not None:
-        built.begin_shutdown()
+    if built is None:
+        return 0
+    built.begin_shutdown()
+    return built.limits.streams

@@ -32,13 +32,16 @@ def everything(n: Stored) -> bool:
     return True
 
 
-def parse(frames: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
+def parse(chunks: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
+    """The SSE frames of a stream's items (an item holds one frame or several joined)."""
     out = []
-    for f in frames:
-        assert f.endswith(b"\n\n"), f
-        lines = f[:-2].split(b"\n")
-        assert lines[0].startswith(b"event: ") and lines[1].startswith(b"data: "), f
-        out.append((lines[0][7:].decode(), orjson.loads(lines[1][6:])))
+    for chunk in chunks:
+        assert chunk.endswith(b"\n\n"), chunk
+        for f in chunk[:-2].split(b"\n\n"):
+            lines = f.split(b"\n")
+            assert len(lines) == 2, f
+            assert lines[0].startswith(b"event: ") and lines[1].startswith(b"data: "), f
+            out.append((lines[0][7:].decode(), orjson.loads(lines[1][6:])))
     return out
 
 
@@ -104,6 +107,29 @@ def test_publish_keeps_identifier_and_payload_bytes_and_orders_seqs(engine: LogE
         assert batch.next_after == 2 and batch.head_seq == 2
         assert await store.head("other") is None
         assert await store.event_types() == [ET]
+
+    asyncio.run(run())
+
+
+def test_publish_many_appends_one_batch_readable_like_single_publishes(engine: LogEngine) -> None:
+    async def run() -> None:
+        store = NotificationStore(engine)
+        await store.publish(ET, "mars.od.0", {"k": "a"}, None)
+        items = [(f"mars.od.{i}", {"k": "b", "i": str(i)}, b'{"n": %d}' % i) for i in range(5)]
+        items[2] = ("mars.od.2", {"k": "b", "i": "2"}, None)
+        assert await store.publish_many(ET, items) == (2, 6)
+        head = await store.head(ET)
+        assert head is not None
+        batch = await store.batch(ET, 1, 10, head)
+        got = [(n.seq, n.topic, n.identifier, n.payload_raw) for n in batch.notifications]
+        want = [
+            (2 + i, t, ident, b"null" if raw is None else raw)
+            for i, (t, ident, raw) in enumerate(items)
+        ]
+        assert got == want
+        assert len({n.ts_ms for n in batch.notifications}) == 1  # one append, one time
+        with pytest.raises(ValueError):
+            await store.publish_many(ET, [])
 
     asyncio.run(run())
 
@@ -254,7 +280,7 @@ def test_watch_from_id_hands_over_to_live_without_gap_or_duplicate(engine: LogEn
                 frames.append(f)
                 if b"replay_completed" in f:
                     completed.set()
-                if sum(b'"id"' in x for x in frames) >= 55:
+                if sum(x.count(b'"id"') for x in frames) >= 55:
                     done.set()
                     return
 

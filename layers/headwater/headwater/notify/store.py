@@ -16,7 +16,7 @@ outside every /v0 topic name and the Durable Streams prefix is `~ds/`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -60,6 +60,15 @@ class Batch:
     head_seq: int  # the last seq stored when this batch was read
 
 
+def _record(topic: str, identifier: Mapping[str, str], payload_raw: bytes | None) -> NewRecord:
+    data = payload_raw if payload_raw is not None else NULL
+    meta = {"t": topic, "i": dict(identifier)}
+    meta_raw = orjson.dumps(meta)
+    return NewRecord(
+        data=None, meta=meta, size=len(data) + len(meta_raw) + 16, data_raw=data, meta_raw=meta_raw
+    )
+
+
 def _decode(event_type: str, rec: StoredRecord) -> Stored:
     meta = orjson.loads(rec.meta_raw) if rec.meta_raw is not None else {}
     return Stored(
@@ -84,18 +93,22 @@ class NotificationStore:
         payload_raw: bytes | None,
     ) -> Stored:
         """Append one notification; its seq and append time."""
-        data = payload_raw if payload_raw is not None else NULL
-        meta = {"t": topic, "i": dict(identifier)}
-        meta_raw = orjson.dumps(meta)
-        rec = NewRecord(
-            data=None,
-            meta=meta,
-            size=len(data) + len(meta_raw) + 16,
-            data_raw=data,
-            meta_raw=meta_raw,
-        )
+        rec = _record(topic, identifier, payload_raw)
         res = await self.engine.append(topic_of(event_type), AppendRequest([rec], create=True))
+        data = payload_raw if payload_raw is not None else NULL
         return Stored(event_type, res.last_seq, res.ts, topic, dict(identifier), data)
+
+    async def publish_many(
+        self, event_type: str, items: Sequence[tuple[str, Mapping[str, str], bytes | None]]
+    ) -> tuple[int, int]:
+        """Append validated notifications `(topic, identifier, payload_raw)` of one event
+        type in one engine append (all or none, consecutive seqs, one append time): bulk
+        loads such as an import or a benchmark's fill. (first seq, last seq)."""
+        if not items:
+            raise ValueError("publish_many needs at least one notification")
+        recs = [_record(t, i, p) for t, i, p in items]
+        res = await self.engine.append(topic_of(event_type), AppendRequest(recs, create=True))
+        return res.first_seq, res.last_seq
 
     async def head(self, event_type: str) -> Head | None:
         """The event type's log head (strongly read), None when nothing was ever stored."""

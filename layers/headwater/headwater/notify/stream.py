@@ -286,16 +286,23 @@ class NotificationStream:
         sent = 0
         while head is not None and after < head.head_seq:
             batch = await self.store.batch(self.event_type, after, s.replay_batch_size, head)
+            # One queue item per batch (the frames joined): per-frame queue hops would cost
+            # more than rendering the frames.
+            parts: list[bytes] = []
             for n in batch.notifications:
                 if not self.match(n):
                     continue
                 cap = s.max_historical_notifications
                 if sent >= cap:
+                    if parts:
+                        await queue.put(b"".join(parts))
                     await queue.put(replay_limit_reached(self.topic, cap))
                     head = await self.store.head(self.event_type)
                     return (head.head_seq if head is not None else after), head
-                await queue.put(sse(REPLAY, self.render(n)))
+                parts.append(sse(REPLAY, self.render(n)))
                 sent += 1
+            if parts:
+                await queue.put(b"".join(parts))
             if batch.next_after <= after:
                 break
             after = batch.next_after
@@ -314,9 +321,9 @@ class NotificationStream:
                 continue
             if after < head.head_seq:
                 batch = await self.store.batch(self.event_type, after, limit, head)
-                for n in batch.notifications:
-                    if self.match(n):
-                        await queue.put(sse(LIVE, self.render(n)))
+                parts = [sse(LIVE, self.render(n)) for n in batch.notifications if self.match(n)]
+                if parts:
+                    await queue.put(b"".join(parts))
                 after = max(after, batch.next_after)
                 if after < head.head_seq:
                     continue

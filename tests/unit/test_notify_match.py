@@ -355,6 +355,33 @@ def test_rectangle_intersection_agrees_with_interval_overlap(
     assert f(polygon_note(rect(blat, blon)).identifier) is overlap
 
 
+coord = st.tuples(st.floats(-60, 60), st.floats(-60, 60))
+
+
+@given(st.lists(coord, min_size=3, max_size=3), st.lists(coord, min_size=3, max_size=3), coord)
+def test_box_prefilter_never_changes_the_answer(
+    filter_tri: list[tuple[float, float]], stored_tri: list[tuple[float, float]], point: Any
+) -> None:
+    # the cheap bounding-box test answers "no" only where shapely also does
+    from shapely.geometry import Point, Polygon
+
+    def text(tri: list[tuple[float, float]]) -> str:
+        ring = [*tri, tri[0]]
+        return "(" + ",".join(f"{lat!r},{lon!r}" for lat, lon in ring) + ")"
+
+    def shape(tri: list[tuple[float, float]]) -> Polygon:
+        return Polygon([(lon, lat) for lat, lon in tri])
+
+    stored, wanted = shape(stored_tri), shape(filter_tri)
+    if stored.area < 1e-6 or wanted.area < 1e-6:
+        return  # degenerate triangles are rejected at notify time
+    note = polygon_note(text(stored_tri))
+    poly = replay_filter("test_polygon", {"polygon": text(filter_tri)})
+    assert poly(note.identifier) is bool(wanted.intersects(stored))
+    at = replay_filter("test_polygon", {"point": f"{point[0]!r},{point[1]!r}"})
+    assert at(note.identifier) is bool(stored.contains(Point(point[1], point[0])))
+
+
 def test_stored_polygon_cache_and_bbox() -> None:
     assert stored_polygon(BERLIN) is stored_polygon(BERLIN)
     assert stored_polygon("nonsense") is None

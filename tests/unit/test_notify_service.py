@@ -137,6 +137,23 @@ def test_cloudevent_json_splices_the_stored_payload(payload: Any) -> None:
     assert load_json(got)["data"]["payload"] == payload
 
 
+@pytest.mark.parametrize(
+    ("event_type", "base"),
+    [("mars", "http://localhost"), ('we"ird\\type\u00e9', 'http://h/"q"\n'), ("x", "")],
+)
+def test_cloudevent_json_matches_the_generic_writer_for_any_names(
+    event_type: str, base: str
+) -> None:
+    # the per-event-type pieces are built once and cached: they must still be escaped
+    settings = CloudEventSettings(base)
+    for seq, micros in ((1, 0), (2**63, 5), (42, 123_000)):
+        moment = datetime(2026, 11, 22, 8, 0, 1, micros, tzinfo=UTC)
+        identifier = {"b": 'q"uote', "a": "tab\t", "é": "ü"}
+        got = cloudevent_json(event_type, seq, identifier, b"null", moment, settings)
+        want = cloudevent(event_type, seq, identifier, None, moment, settings)
+        assert got == wire_json(want).encode()
+
+
 def test_cloudevent_json_keeps_payload_bytes_verbatim() -> None:
     raw = b'{"b": 1,   "a": 2}'  # not canonical: still not re-encoded
     got = cloudevent_json(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from headwater.notify.numbers import wire_json
@@ -63,10 +64,31 @@ def cloudevent_json(
     time: datetime,
     settings: CloudEventSettings,
 ) -> bytes:
-    """The same event as aviso's JSON bytes (`numbers.wire_json`), with the stored payload
-    JSON spliced in unchanged: a replay never decodes payloads. `data` sorts first and
-    `payload` last inside it, so the splice sits between fixed pieces."""
-    rest = cloudevent(event_type, seq, identifier, None, time, settings)
-    data = rest.pop("data")
-    head = '{"data":{"identifier":' + wire_json(data["identifier"]) + ',"payload":'
-    return head.encode() + payload_json + b"}," + wire_json(rest)[1:].encode()
+    """The same event as aviso's JSON bytes (`numbers.wire_json` of `cloudevent`), with the
+    stored payload JSON spliced in unchanged: a replay never decodes payloads. The keys in
+    sorted order are data (identifier, payload), datacontenttype, dataschema, id, source,
+    specversion, time, type; the pieces that depend only on the event type are built once."""
+    schema_part, source_part, type_part = _fixed_parts(event_type, settings.base_url)
+    return b"".join(
+        (
+            b'{"data":{"identifier":',
+            wire_json(identifier).encode(),
+            b',"payload":',
+            payload_json,
+            schema_part,
+            wire_json(f"{event_type}@{seq}").encode(),
+            source_part,
+            wire_json(cloudevent_time(time)).encode(),
+            type_part,
+        )
+    )
+
+
+@lru_cache(maxsize=1024)
+def _fixed_parts(event_type: str, base: str) -> tuple[bytes, bytes, bytes]:
+    schema = wire_json(f"{base}/schema/{event_type}")
+    return (
+        f'}},"datacontenttype":"application/json","dataschema":{schema},"id":'.encode(),
+        f',"source":{wire_json(base)},"specversion":"1.0","time":'.encode(),
+        f',"type":{wire_json(f"{TYPE_PREFIX}.{event_type}")}}}'.encode(),
+    )

@@ -9,6 +9,7 @@ The polygon field never takes part in exact matching.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 
@@ -42,6 +43,20 @@ def stored_polygon(text: str) -> Polygon | None:
     return polygon
 
 
+def quick_bbox(text: str) -> BBox | None:
+    """The bounding box of a stored polygon string by a plain float parse, without building
+    the geometry: a cheap first test (a polygon outside the filter's box cannot intersect
+    it). None when the text does not parse that simply (the full parser then decides)."""
+    try:
+        nums = [float(x) for x in text.strip().strip("()").split(",")]
+    except ValueError:
+        return None
+    if len(nums) < 2 or len(nums) % 2 or not all(map(math.isfinite, nums)):
+        return None
+    lats, lons = nums[0::2], nums[1::2]
+    return (min(lons), min(lats), max(lons), max(lats))
+
+
 def bounding_box_text(coordinates: tuple[LatLon, ...]) -> str:
     """aviso's `spatial_bbox` header: `min_lat,min_lon,max_lat,max_lon` (Rust number text)."""
     from headwater.notify.numbers import rust_display_f64
@@ -54,7 +69,15 @@ def bounding_box_text(coordinates: tuple[LatLon, ...]) -> str:
 class CompiledFilter:
     """A StreamFilter made ready for many records (geometry built and prepared once)."""
 
-    __slots__ = ("_constraints", "_exact", "_point", "_polygon", "_polygon_field", "filter")
+    __slots__ = (
+        "_box",
+        "_constraints",
+        "_exact",
+        "_point",
+        "_polygon",
+        "_polygon_field",
+        "filter",
+    )
 
     def __init__(self, stream_filter: StreamFilter) -> None:
         self.filter = stream_filter
@@ -69,11 +92,14 @@ class CompiledFilter:
         self._polygon: Polygon | None = None
         self._point: Point | None = None
         spatial = stream_filter.spatial
+        self._box: BBox | None = None
         if isinstance(spatial, PolygonFilter):
             self._polygon = polygon_from_coordinates(spatial.coordinates)
             shapely.prepare(self._polygon)
+            self._box = self._polygon.bounds
         elif isinstance(spatial, PointFilter):
             self._point = Point(spatial.lon, spatial.lat)
+            self._box = (spatial.lon, spatial.lat, spatial.lon, spatial.lat)
 
     def matches_identifier(self, identifier: Mapping[str, str]) -> bool:
         """The non-spatial part: exact values and constraints."""
@@ -92,7 +118,16 @@ class CompiledFilter:
         if self._polygon_field is None:
             return False
         text = identifier.get(self._polygon_field)
-        candidate = stored_polygon(text) if text else None
+        if not text:
+            return False
+        box, mine = quick_bbox(text), self._box
+        if (
+            box is not None
+            and mine is not None
+            and (box[0] > mine[2] or box[2] < mine[0] or box[1] > mine[3] or box[3] < mine[1])
+        ):
+            return False  # the boxes do not even touch
+        candidate = stored_polygon(text)
         if candidate is None:
             return False
         try:

@@ -140,7 +140,12 @@ def serde_number_text(value: int | float) -> str:
     return ryu_f64(float(value))
 
 
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+
+
 def _escape_json_string(text: str) -> str:
+    if _NEEDS_ESCAPE.search(text) is None:  # the common case: nothing to escape
+        return '"' + text + '"'
     out = ['"']
     for ch in text:
         code = ord(ch)

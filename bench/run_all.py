@@ -9,7 +9,10 @@ bench_live (watch sessions over SSE: delivery latency in one and across two serv
 processes, 1,000-subscriber fan-out, idle cost per connection) and bench_queue (work-queue
 claim + ack throughput with 1, 8 and 32 workers, every job checked acked exactly once) and
 bench_tiering (reads of sealed history from S3 segments, a 1,000,000-record log read end to
-end, 1 MB records, the cost of sealing and of ingest + one delivery) run on moto only.
+end, 1 MB records, the cost of sealing and of ingest + one delivery), bench_durable (/v1
+against @durable-streams/server) and bench_notify (aviso's /api/v1: notify throughput,
+watch latency, replay of 100,000 sealed notifications with and without a polygon filter)
+run on moto only.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import argparse
 import sys
 from typing import Any
 
-from bench import bench_durable, bench_live, bench_queue, bench_tiering, bench_v0
+from bench import bench_durable, bench_live, bench_notify, bench_queue, bench_tiering, bench_v0
 
 
 def _ddblocal_available() -> bool:
@@ -97,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
             for r in by_target.values()
             if not r["ok"]
         )
+    if "moto" in backends:
+        print("\n######## bench notify (/api/v1: notify, watch latency, replay) on moto")
+        notify = bench_notify.main(forwarded)
+        missed += missed_targets(notify, "notify")
+        errors += failed_requests(notify)
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

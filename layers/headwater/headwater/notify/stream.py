@@ -306,7 +306,9 @@ class NotificationStream:
             if batch.next_after <= after:
                 break
             after = batch.next_after
-            head = await self.store.head(self.event_type)
+            if after >= head.head_seq:
+                # caught up with the head read last: has more been stored since?
+                head = await self.store.head(self.event_type)
             if head is not None and after < head.head_seq and s.replay_batch_delay_ms > 0:
                 await asyncio.sleep(s.replay_batch_delay_ms / 1000)
         return after, head

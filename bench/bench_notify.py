@@ -43,7 +43,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,12 +149,20 @@ def note_body(tag: str, payload: dict[str, Any]) -> bytes:
     ).encode()
 
 
-# --- notify throughput ---------------------------------------------------------------------
-def notify_runner(base_url: str, p: Params) -> Callable[[int, Callable[[], None]], RunResult]:
+def runner(
+    measure: Callable[[str, Params, Callable[[], None]], Coroutine[Any, Any, RunResult]],
+    base_url: str,
+    p: Params,
+) -> Callable[[int, Callable[[], None]], RunResult]:
+    """run_workload's `run_once` for an async measurement against one server."""
+
     def run_once(i: int, begin: Callable[[], None]) -> RunResult:
-        return asyncio.run(_notify(base_url, p, begin))
+        return asyncio.run(measure(base_url, p, begin))
 
     return run_once
+
+
+# --- notify throughput ---------------------------------------------------------------------
 
 
 async def _notify(base_url: str, p: Params, begin: Callable[[], None]) -> RunResult:
@@ -193,11 +201,6 @@ async def _notify(base_url: str, p: Params, begin: Callable[[], None]) -> RunRes
 
 
 # --- watch delivery latency ------------------------------------------------------------------
-def watch_runner(base_url: str, p: Params) -> Callable[[int, Callable[[], None]], RunResult]:
-    def run_once(i: int, begin: Callable[[], None]) -> RunResult:
-        return asyncio.run(_watch(base_url, p, begin))
-
-    return run_once
 
 
 async def _watch(base_url: str, p: Params, begin: Callable[[], None]) -> RunResult:
@@ -457,7 +460,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     summaries.append(
                         run_workload(
                             wl,
-                            notify_runner(server.url, p),
+                            runner(_notify, server.url, p),
                             repeats=p.runs,
                             counter=counter,
                             cpu_pids=pids,
@@ -477,7 +480,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     summaries.append(
                         run_workload(
                             wl,
-                            watch_runner(server.url, p),
+                            runner(_watch, server.url, p),
                             repeats=p.runs,
                             counter=counter,
                             cpu_pids=pids,

@@ -15,6 +15,7 @@ from headwater.flags.errors import (
     InvalidRequest,
     InvalidSubscription,
     QueryTooLong,
+    unknown_namespace,
 )
 from headwater.flags.snapshot import (
     closure_etag,
@@ -253,3 +254,15 @@ def test_etag() -> None:
     assert etag_matches("*", etag)
     assert not etag_matches('"v41-sha256:9c2e"', etag)
     assert not etag_matches(None, etag)
+
+
+def test_unknown_namespace_error_shape() -> None:
+    error = unknown_namespace("billing")
+    assert error.status == 400
+    assert error.envelope() == {
+        "error": {
+            "code": "invalid_subscription",
+            "message": "namespace 'billing' does not exist",
+            "details": {"reason": "unknown_namespace", "namespace": "billing"},
+        }
+    }

@@ -57,6 +57,13 @@ class InvalidSubscription(FlagError):
         self.reason = reason
 
 
+def unknown_namespace(label: str) -> InvalidSubscription:
+    """400 for a listed namespace that does not exist (checked by the caller, after 403)."""
+    return InvalidSubscription(
+        f"namespace {label!r} does not exist", "unknown_namespace", namespace=label
+    )
+
+
 class Unauthorized(FlagError):
     status, code = 401, "unauthorized"
 

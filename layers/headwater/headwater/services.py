@@ -4,6 +4,7 @@ importing a handler never creates a client or calls AWS."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,15 +24,20 @@ from headwater.engine.quotas import (
 from headwater.engine.routers import RouterEngine
 from headwater.engine.tiering import Upkeep
 from headwater.errors import ConfigurationError
+from headwater.flags.delta import DeliveryPolicy
+from headwater.flags.service import FlagService, signing_key_bytes
+from headwater.flags.store import ManifestStore, Retention
+from headwater.flags.tokens import SnapshotSigner, TokenStore, load_tokens
 from headwater.http.auth import KeyStore
 from headwater.http.limits import ConnectionLimits
 from headwater.notify.schema import NotificationSchema
 from headwater.notify.service import NotificationService, load_notification_schema
 from headwater.notify.store import NotificationStore
-from headwater.settings import Settings
+from headwater.settings import ENV_FLAG_TOKENS_PARAMETER, ENV_SIGNING_KEY_PARAMETER, Settings
 from headwater.storage.blobs import S3BlobStore, read_object
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.flag_slots import DynamoFlagSlots
 from headwater.storage.leases import DynamoLeaseStore
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.routers import DynamoRouterStore
@@ -115,6 +121,46 @@ class Core:
         )
 
 
+def load_secret(value: str, parameter_name: str | None, what: str) -> str:
+    """A secret setting: its env value, else (on Lambda) the SSM parameter or Secrets Manager
+    secret (`secret:<name>`) it names."""
+    if value or not parameter_name:
+        return value
+    from aws_lambda_powertools.utilities import parameters
+
+    if parameter_name.startswith("secret:"):
+        got = parameters.get_secret(parameter_name.removeprefix("secret:"), max_age=300)
+    else:
+        got = parameters.get_parameter(parameter_name, decrypt=True, max_age=300)
+    text = str(got or "").strip()
+    if not text:
+        raise ConfigurationError(f"{what} parameter {parameter_name!r} is empty")
+    return text
+
+
+def build_flags(core: Core, tokens: TokenStore | None = None) -> FlagService:
+    """The flag surface over the core's engine (tokens parsed at app creation when given)."""
+    cfg = core.settings.flags
+    if tokens is None:
+        raw = load_secret(
+            cfg.tokens_raw, os.environ.get(ENV_FLAG_TOKENS_PARAMETER) or None, "flag tokens"
+        )
+        # No tokens configured: the flag surface answers 401 to everyone.
+        tokens = load_tokens(raw) if raw.strip() else TokenStore([])
+    key = load_secret(
+        cfg.signing_key, os.environ.get(ENV_SIGNING_KEY_PARAMETER) or None, "signing key"
+    )
+    retention = Retention(versions=cfg.retain_versions, max_age_ms=cfg.retain_sec * 1000)
+    return FlagService(
+        ManifestStore(core.engine, retention),
+        tokens,
+        SnapshotSigner(signing_key_bytes(key)),
+        DeliveryPolicy(cfg.inline_max_bytes, cfg.churn_max_entries),
+        core.engine.clock,
+        DynamoFlagSlots(core.clients.dynamodb, core.settings),
+    )
+
+
 @dataclass(slots=True)
 class Services:
     settings: Settings
@@ -128,6 +174,7 @@ class Services:
     queues: QueueEngine
     upkeep: Upkeep
     notifications: NotificationService
+    flags: FlagService
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
     streams: DurableStreams = field(init=False)
@@ -142,6 +189,7 @@ class Services:
         clients: AwsClients | None,
         keys: KeyStore,
         schema: NotificationSchema | None = None,
+        flag_tokens: TokenStore | None = None,
     ) -> Services:
         core = Core.build(settings, clients)
         if schema is None:
@@ -163,6 +211,7 @@ class Services:
             core.queues,
             core.upkeep,
             NotificationService(schema, NotificationStore(core.engine), settings.notify),
+            build_flags(core, flag_tokens),
         )
 
     def begin_shutdown(self) -> None:
@@ -170,6 +219,7 @@ class Services:
         stream with `server_shutdown` (idempotent; call it on the serving loop)."""
         self.shutting_down = True
         self.notifications.shutdown.set()
+        self.flags.shutdown.set()
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)
@@ -183,12 +233,14 @@ class LazyServices:
         keys: KeyStore | None,
         parameter_name: str | None,
         schema: NotificationSchema | None = None,
+        flag_tokens: TokenStore | None = None,
     ) -> None:
         self._settings = settings
         self._clients = clients
         self._keys = keys
         self._parameter_name = parameter_name
         self._schema = schema
+        self._flag_tokens = flag_tokens
         self._built: Services | None = None
         self._lock = threading.Lock()
         self.started_monotonic = time.monotonic()
@@ -207,7 +259,9 @@ class LazyServices:
                     keys = self._keys or KeyStore.parse(
                         load_api_keys(self._settings, self._parameter_name)
                     )
-                    self._built = Services.build(self._settings, self._clients, keys, self._schema)
+                    self._built = Services.build(
+                        self._settings, self._clients, keys, self._schema, self._flag_tokens
+                    )
         return self._built
 
     @property

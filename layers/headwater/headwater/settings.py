@@ -60,6 +60,19 @@ ENV_CONNECTION_MAX_DURATION_SEC = "HEADWATER_CONNECTION_MAX_DURATION_SEC"
 ENV_REPLAY_BATCH_SIZE = "HEADWATER_REPLAY_BATCH_SIZE"
 ENV_MAX_HISTORICAL_NOTIFICATIONS = "HEADWATER_MAX_HISTORICAL_NOTIFICATIONS"
 ENV_REPLAY_BATCH_DELAY_MS = "HEADWATER_REPLAY_BATCH_DELAY_MS"
+# /api/v1 feature-flag manifests (docs/flags.md)
+ENV_FLAG_TOKENS = "HEADWATER_FLAG_TOKENS"  # inline JSON, or a YAML/JSON file path
+ENV_FLAG_TOKENS_PARAMETER = "HEADWATER_FLAG_TOKENS_PARAMETER"  # SSM/Secrets name on Lambda
+ENV_SIGNING_KEY = "HEADWATER_SIGNING_KEY"  # HMAC key of snapshot tokens (>= 32 bytes)
+ENV_SIGNING_KEY_PARAMETER = "HEADWATER_SIGNING_KEY_PARAMETER"  # SSM/Secrets name on Lambda
+ENV_FLAGS_BASE_URL = "HEADWATER_FLAGS_BASE_URL"  # scheme://host of snapshot URLs ("" = request's)
+ENV_FLAGS_KEEPALIVE_SEC = "HEADWATER_FLAGS_KEEPALIVE_SEC"
+ENV_FLAGS_MAX_CONNECTION_SEC = "HEADWATER_FLAGS_MAX_CONNECTION_SEC"
+ENV_FLAGS_MAX_CONNECTIONS_PER_TOKEN = "HEADWATER_FLAGS_MAX_CONNECTIONS_PER_TOKEN"
+ENV_FLAGS_RETAIN_VERSIONS = "HEADWATER_FLAGS_RETAIN_VERSIONS"
+ENV_FLAGS_RETAIN_SEC = "HEADWATER_FLAGS_RETAIN_SEC"
+ENV_FLAGS_INLINE_MAX_BYTES = "HEADWATER_FLAGS_INLINE_MAX_BYTES"
+ENV_FLAGS_CHURN_MAX_ENTRIES = "HEADWATER_FLAGS_CHURN_MAX_ENTRIES"
 # On Lambda: the function's timeout (template.yaml passes StreamTimeoutSeconds), which bounds
 # how long one watch may stay open. AWS_LAMBDA_FUNCTION_NAME is set by the Lambda runtime.
 ENV_LAMBDA_TIMEOUT_SEC = "HEADWATER_LAMBDA_TIMEOUT_SEC"
@@ -207,6 +220,47 @@ def _notify(env: Mapping[str, str]) -> NotifySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class FlagSettings:
+    """/api/v1 feature-flag manifests: tokens and signing key (raw; parsed by the service),
+    the event stream's timing and caps, retention and the delivery budgets."""
+
+    tokens_raw: str = field(default="", repr=False)
+    signing_key: str = field(default="", repr=False)
+    base_url: str = ""
+    keepalive_sec: float = 30
+    max_connection_sec: float = 86_400  # the spec's 24 h idle close; clamped on Lambda
+    max_connections_per_token: int = 16
+    retain_versions: int = 100
+    retain_sec: int = 30 * 86_400
+    inline_max_bytes: int = 64 * 1024
+    churn_max_entries: int = 32
+
+
+def _flags(env: Mapping[str, str]) -> FlagSettings:
+    max_connection = _int(env, ENV_FLAGS_MAX_CONNECTION_SEC, 86_400, 1)
+    if env.get(ENV_LAMBDA_FUNCTION_NAME):
+        # One streamed response ends with the invocation (at most 15 minutes): the stream
+        # closes itself first and the client reconnects (its next first event is a snapshot).
+        timeout = _int(env, ENV_LAMBDA_TIMEOUT_SEC, LAMBDA_MAX_TIMEOUT_SEC, 1)
+        max_connection = min(max_connection, lambda_stream_limit_sec(timeout))
+    keepalive = _int(env, ENV_FLAGS_KEEPALIVE_SEC, 30, 1)
+    if keepalive > 30:
+        raise ConfigurationError(f"{ENV_FLAGS_KEEPALIVE_SEC} must be at most 30 (the spec's bound)")
+    return FlagSettings(
+        tokens_raw=env.get(ENV_FLAG_TOKENS, ""),
+        signing_key=env.get(ENV_SIGNING_KEY, ""),
+        base_url=env.get(ENV_FLAGS_BASE_URL, "").strip().rstrip("/"),
+        keepalive_sec=keepalive,
+        max_connection_sec=max_connection,
+        max_connections_per_token=_int(env, ENV_FLAGS_MAX_CONNECTIONS_PER_TOKEN, 16, 1),
+        retain_versions=_int(env, ENV_FLAGS_RETAIN_VERSIONS, 100, 1),
+        retain_sec=_int(env, ENV_FLAGS_RETAIN_SEC, 30 * 86_400, 0),
+        inline_max_bytes=_int(env, ENV_FLAGS_INLINE_MAX_BYTES, 64 * 1024, 1),
+        churn_max_entries=_int(env, ENV_FLAGS_CHURN_MAX_ENTRIES, 32, 0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 4000
@@ -226,6 +280,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     caps: Caps = field(default_factory=Caps)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    flags: FlagSettings = field(default_factory=FlagSettings)
 
     @property
     def bucket_name(self) -> str:
@@ -284,6 +339,7 @@ class Settings:
             limits=limits,
             caps=caps,
             notify=_notify(e),
+            flags=_flags(e),
             tiering=Tiering(
                 seal_records=_int(e, ENV_SEAL_RECORDS, 4096, 1),
                 seal_bytes=_int(e, ENV_SEAL_BYTES, 4 << 20, 1),

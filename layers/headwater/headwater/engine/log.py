@@ -164,6 +164,10 @@ class LogEngine:
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    async def run_io(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking storage call of a protocol layer on the engine's I/O pool."""
+        return await self._io(fn, *args)
+
     def submit_io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Start a background storage write (off the read pool) without waiting for it."""
         return asyncio.get_running_loop().run_in_executor(self._bg_pool, fn, *args)
@@ -174,6 +178,10 @@ class LogEngine:
 
     async def get_blob(self, key: str) -> bytes:
         return await self._io(self.blobs.get, key)
+
+    async def find_blob(self, key: str) -> bytes | None:
+        """The object's bytes, or None when there is no such object."""
+        return await self._io(self.blobs.find, key)
 
     async def delete_blobs(self, keys: list[str]) -> None:
         await self._io(self.blobs.delete_many, keys)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from headwater.flags.manifest import DEFAULT_LIMITS, TreeLimits, parse_tarball
@@ -45,6 +45,15 @@ def build_snapshot(files: Mapping[str, bytes]) -> Snapshot:
             archive.addfile(_member(path, len(content)), io.BytesIO(content))
     tar = raw.getvalue()
     return Snapshot(body=gzip.compress(tar, compresslevel=9, mtime=0), tar_size=len(tar))
+
+
+def tar_size(sizes: Iterable[int]) -> int:
+    """The uncompressed size `build_snapshot` gives a closure with these file sizes, without
+    its bytes: a 512-byte header per member, contents padded to 512, two zero blocks, the
+    whole padded to tarfile's 10 KiB record."""
+    total = sum(tarfile.BLOCKSIZE + -(-n // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE for n in sizes)
+    total += 2 * tarfile.BLOCKSIZE
+    return -(-total // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
 
 
 def read_snapshot(body: bytes, limits: TreeLimits = DEFAULT_LIMITS) -> dict[str, bytes]:

@@ -14,8 +14,10 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
+from headwater.flags.tokens import load_tokens
 from headwater.http import (
     errors,
+    flags,
     notifications,
     probes,
     queue,
@@ -59,7 +61,9 @@ def create_app(
     schema: NotificationSchema | None = None
     if not settings.notify.schema.startswith("s3://"):
         schema = load_notification_schema(settings.notify.schema, None)
-    lazy = LazyServices(settings, clients, keys, parameter_name, schema)
+    # Flag tokens given inline or as a file are parsed now too: a bad file refuses to start.
+    flag_tokens = load_tokens(settings.flags.tokens_raw) if settings.flags.tokens_raw else None
+    lazy = LazyServices(settings, clients, keys, parameter_name, schema, flag_tokens)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -101,6 +105,7 @@ def create_app(
     app.include_router(ws.router)
     app.include_router(v1.router)
     app.include_router(notifications.router)
+    app.include_router(flags.router)
     app.add_middleware(InflightLimit)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
@@ -111,6 +116,7 @@ def create_app(
         allow_headers=["*"],
         expose_headers=["*"],
     )
+    app.add_middleware(flags.NoCorsForEvents)  # outside CORS: /api/v1/events emits none
     app.add_middleware(BrowserSafety)
     app.add_middleware(TimingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # outermost: every /api/v1 response carries it

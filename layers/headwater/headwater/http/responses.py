@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headwater import jsoncodec
 from headwater.errors import HeadwaterError
-from headwater.http import aviso
+from headwater.http import aviso, flag_errors
 
 T0_KEY = "headwater.t0"
 
@@ -97,6 +97,8 @@ def error_response(request: Request, exc: HeadwaterError) -> Response:
     headers = dict(exc.headers)
     if exc.status in (429, 503) and "Retry-After" not in headers:
         headers["Retry-After"] = "1"
+    if flag_errors.is_flag_path(request.url.path):
+        return flag_errors.flag_error_response(exc, headers)
     if aviso.is_api_v1(request.url.path):
         # aviso's bodies, with the request id also in the header: a 500 from the catch-all
         # handler is answered outside the middleware that normally sets it.

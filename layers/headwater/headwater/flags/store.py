@@ -1,0 +1,391 @@
+"""Manifest versions on the log engine and S3 (issue 8: the store the spec assumes).
+
+A flag namespace `<tenant>/<slug>` is the engine topic `~flags/<tenant>/<slug>`: one record
+per version, so a version number is the record's seq (1, 2, ...) and its `created_at` the
+record's append time. The head's `ext` holds the current tree hash, so the current version
+and tree cost one head read.
+
+The tree of a version lives in S3, content-addressed under `flags/<tenant>/<slug>/`:
+- `files/<sha256 hex>`: one object per distinct file content;
+- `trees/<tree hex>.json`: the per-version files index (`manifest_version_files`): every
+  path with its sha256 and size, and each file's segment references, which is all a closure
+  or a closure hash needs (no file is parsed again after publish);
+- `closures/<closure hex>.tar.gz`: closure tarballs, built on first request.
+
+The tree hash is the closure hash of the whole tree (which is the `*` closure: lint allows
+only namespace.toml, flags and segments). Everything is written before the commit that
+references it, and the commit is one conditional append (a guard on the head's ext): an
+identical tree settles to the current version, two racing publishers of different trees get
+consecutive versions, and a crash leaves at most unreferenced objects.
+
+Retention: the files index of version v is available while v is one of the newest
+`versions` (100) or was created within `max_age_ms` (30 days): the larger of the two.
+Versions outside it stay listed (`versions()`) but are not reconstructed (410 / snapshot /
+resync). The horizon is logical: objects are content-addressed and shared between versions,
+and are not deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from headwater.engine.log import LogEngine
+from headwater.engine.records import NewRecord
+from headwater.engine.values import Admit, AppendRequest, Settle
+from headwater.errors import TopicNotFound
+from headwater.flags import names
+from headwater.flags.closure import FlagSelection, closure_hash_of_digests, closure_paths
+from headwater.flags.lint import Model
+from headwater.flags.tarball import Snapshot, build_snapshot, tar_size
+from headwater.storage.ports import Head
+
+TOPIC_PREFIX = "~flags/"
+HASH_PREFIX = "sha256:"
+READ_BYTES = 1 << 20
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def topic_of(tenant: str, slug: str) -> str:
+    return f"{TOPIC_PREFIX}{tenant}/{slug}"
+
+
+def _prefix(tenant: str, slug: str) -> str:
+    return f"flags/{tenant}/{slug}/"
+
+
+def _hex(hash_text: str) -> str:
+    return hash_text.removeprefix(HASH_PREFIX)
+
+
+class Lru(Generic[K, V]):
+    """A small thread-safe LRU bounded by a cost budget (bytes, roughly)."""
+
+    def __init__(self, max_cost: int) -> None:
+        self._max = max_cost
+        self._cost = 0
+        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: K, value: V, cost: int) -> None:
+        if cost > self._max:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._cost -= old[1]
+            self._items[key] = (value, cost)
+            self._cost += cost
+            while self._cost > self._max:
+                _, (_, c) = self._items.popitem(last=False)
+                self._cost -= c
+
+
+@dataclass(frozen=True, slots=True)
+class TreeIndex:
+    """One version's files index: path -> (raw sha256, size), and the model closures need."""
+
+    tree_hash: str
+    files: Mapping[str, tuple[bytes, int]]
+    model: Model
+
+    @property
+    def paths(self) -> frozenset[str]:
+        return frozenset(self.files)
+
+    @classmethod
+    def build(cls, tree: Mapping[str, bytes], model: Model) -> TreeIndex:
+        files = {p: (hashlib.sha256(c).digest(), len(c)) for p, c in tree.items()}
+        tree_hash = closure_hash_of_digests({p: d for p, (d, _) in files.items()})
+        return cls(tree_hash, files, model)
+
+    def to_json(self) -> bytes:
+        uses = {names.flag_path(k): sorted(v) for k, v in self.model.flag_uses.items()}
+        uses |= {names.segment_path(k): sorted(v) for k, v in self.model.segment_uses.items()}
+        body = {
+            "tree_hash": self.tree_hash,
+            "files": {p: [d.hex(), n] for p, (d, n) in sorted(self.files.items())},
+            "uses": dict(sorted(uses.items())),
+        }
+        return orjson.dumps(body)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> TreeIndex:
+        body = orjson.loads(raw)
+        files = {p: (bytes.fromhex(d), int(n)) for p, (d, n) in body["files"].items()}
+        flag_uses: dict[str, frozenset[str]] = {}
+        segment_uses: dict[str, frozenset[str]] = {}
+        for path in files:
+            refs = frozenset(body["uses"].get(path, ()))
+            flag, segment = names.flag_key_of(path), names.segment_name_of(path)
+            if flag is not None:
+                flag_uses[flag] = refs
+            elif segment is not None:
+                segment_uses[segment] = refs
+        model = Model(frozenset(flag_uses), frozenset(segment_uses), flag_uses, segment_uses)
+        return cls(str(body["tree_hash"]), files, model)
+
+    def cost(self) -> int:
+        return 200 + 120 * len(self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class Closure:
+    """A subscription's closure of one tree: path -> raw sha256, sizes, and its hash."""
+
+    digests: Mapping[str, bytes]
+    sizes: Mapping[str, int]
+    hash: str
+
+    @property
+    def tar_size(self) -> int:
+        return tar_size(self.sizes.values())
+
+
+@dataclass(frozen=True, slots=True)
+class VersionInfo:
+    version: int
+    created_ms: int
+    tree_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    version: int
+    prev_version: int | None
+    closure_hash: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    versions: int = 100
+    max_age_ms: int = 30 * 86_400_000
+
+
+class ManifestStore:
+    def __init__(
+        self,
+        engine: LogEngine,
+        retention: Retention | None = None,
+        cache_bytes: int = 64 << 20,
+    ) -> None:
+        self.engine = engine
+        self.retention = retention or Retention()
+        self._indexes: Lru[str, TreeIndex] = Lru(cache_bytes // 4)
+        self._blobs: Lru[str, bytes] = Lru(cache_bytes // 2)
+        self._closures: Lru[tuple[str, str], Closure] = Lru(cache_bytes // 8)
+        self._tarballs: Lru[str, Snapshot] = Lru(cache_bytes // 8)
+        self._versions: Lru[tuple[str, int, int], VersionInfo] = Lru(4 << 20)
+        self._known_blobs: Lru[str, bool] = Lru(1 << 20)
+
+    # --- heads ----------------------------------------------------------------------------
+    async def head(self, tenant: str, slug: str, *, consistent: bool = True) -> Head | None:
+        """The namespace's head, None when it has no version."""
+        head = await self.engine.head_of(topic_of(tenant, slug), consistent=consistent)
+        if head is None or head.deleted or head.head_seq < 1 or not head.ext:
+            return None
+        return head
+
+    # --- publish --------------------------------------------------------------------------
+    async def publish(
+        self, tenant: str, slug: str, tree: Mapping[str, bytes], model: Model
+    ) -> PublishResult:
+        """Commit a linted tree: a new version, or the current one when the tree is identical."""
+        index = TreeIndex.build(tree, model)
+        head = await self.head(tenant, slug)
+        if head is not None and head.ext == index.tree_hash:
+            return PublishResult(head.head_seq, _prev(head.head_seq), index.tree_hash, False)
+        current = await self.index(tenant, slug, head.ext) if head is not None else None
+        await self._put_files(tenant, slug, tree, current)
+        await self.engine.put_blob(
+            _prefix(tenant, slug) + f"trees/{_hex(index.tree_hash)}.json", index.to_json()
+        )
+        self._indexes.put(index.tree_hash, index, index.cost())
+
+        def guard(_head: Head, ext: str, head_seq: int) -> Admit | Settle:
+            if ext == index.tree_hash:
+                return Settle(note=head_seq)
+            return Admit(ext=index.tree_hash, note=head_seq)
+
+        record = _version_record(index)
+        res = await self.engine.append(
+            topic_of(tenant, slug), AppendRequest([record], create=True, guard=guard)
+        )
+        before = int(res.note)
+        if res.first_seq > res.last_seq or res.deduped or res.last_seq <= before:
+            return PublishResult(before, _prev(before), index.tree_hash, False)
+        return PublishResult(res.last_seq, before or None, index.tree_hash, True)
+
+    async def _put_files(
+        self, tenant: str, slug: str, tree: Mapping[str, bytes], current: TreeIndex | None
+    ) -> None:
+        """Upload the contents the store does not hold yet (the current version's are there:
+        they were written before it committed)."""
+        held = {d for d, _ in current.files.values()} if current is not None else set()
+        todo: dict[bytes, bytes] = {}
+        for content in tree.values():
+            digest = hashlib.sha256(content).digest()
+            if digest in held or digest in todo or self._known_blobs.get(digest.hex()):
+                continue
+            todo[digest] = content
+        await _gather_limited(
+            (self._put_file(tenant, slug, d, c) for d, c in todo.items()), limit=16
+        )
+
+    async def _put_file(self, tenant: str, slug: str, digest: bytes, content: bytes) -> None:
+        await self.engine.put_blob(_prefix(tenant, slug) + f"files/{digest.hex()}", content)
+        self._known_blobs.put(digest.hex(), True, 64)
+
+    # --- reads ----------------------------------------------------------------------------
+    async def index(self, tenant: str, slug: str, tree_hash: str) -> TreeIndex:
+        hit = self._indexes.get(tree_hash)
+        if hit is not None:
+            return hit
+        raw = await self.engine.get_blob(_prefix(tenant, slug) + f"trees/{_hex(tree_hash)}.json")
+        index = TreeIndex.from_json(raw)
+        self._indexes.put(tree_hash, index, index.cost())
+        return index
+
+    async def contents(
+        self, tenant: str, slug: str, digests: Iterable[bytes]
+    ) -> dict[bytes, bytes]:
+        """The file contents with these sha256 digests (cached; fetched in parallel)."""
+        out: dict[bytes, bytes] = {}
+        missing: list[bytes] = []
+        for d in dict.fromkeys(digests):
+            hit = self._blobs.get(d.hex())
+            if hit is not None:
+                out[d] = hit
+            else:
+                missing.append(d)
+
+        async def fetch(d: bytes) -> None:
+            body = await self.engine.get_blob(_prefix(tenant, slug) + f"files/{d.hex()}")
+            if hashlib.sha256(body).digest() != d:
+                raise RuntimeError(f"stored file {d.hex()} does not match its digest")
+            self._blobs.put(d.hex(), body, len(body) + 100)
+            out[d] = body
+
+        await _gather_limited((fetch(d) for d in missing), limit=16)
+        return out
+
+    async def tree(self, tenant: str, slug: str, index: TreeIndex) -> dict[str, bytes]:
+        got = await self.contents(tenant, slug, (d for d, _ in index.files.values()))
+        return {p: got[d] for p, (d, _) in index.files.items()}
+
+    def closure(self, index: TreeIndex, selection: FlagSelection) -> Closure:
+        key = (index.tree_hash, selection.canonical())
+        hit = self._closures.get(key)
+        if hit is not None:
+            return hit
+        paths = closure_paths(index.model, selection, names.NAMESPACE_FILE in index.files)
+        digests = {p: index.files[p][0] for p in paths}
+        sizes = {p: index.files[p][1] for p in paths}
+        result = Closure(digests, sizes, closure_hash_of_digests(digests))
+        self._closures.put(key, result, 100 + 80 * len(paths))
+        return result
+
+    async def closure_tarball(
+        self, tenant: str, slug: str, index: TreeIndex, closure: Closure
+    ) -> Snapshot:
+        """The closure's deterministic tar.gz: from this process's memo, else S3, else built
+        from the files (and stored in S3 for every other instance)."""
+        hit = self._tarballs.get(closure.hash)
+        if hit is not None:
+            return hit
+        key = _prefix(tenant, slug) + f"closures/{_hex(closure.hash)}.tar.gz"
+        body = await self.engine.find_blob(key)
+        if body is not None:
+            snap = Snapshot(body, closure.tar_size)
+        else:
+            got = await self.contents(tenant, slug, closure.digests.values())
+            snap = build_snapshot({p: got[d] for p, d in closure.digests.items()})
+            await self.engine.put_blob(key, snap.body)
+        self._tarballs.put(closure.hash, snap, len(snap.body) + 100)
+        return snap
+
+    async def version(self, head: Head, version: int) -> VersionInfo:
+        """Version `version` (1 <= version <= head.head_seq) of the namespace at `head`."""
+        key = (head.topic, head.epoch, version)
+        hit = self._versions.get(key)
+        if hit is not None:
+            return hit
+        rr = await self.engine.read_range(
+            head.topic, version - 1, 1, READ_BYTES, None, head, version
+        )
+        if not rr.records or rr.records[0].seq != version:
+            raise TopicNotFound(head.topic)
+        info = _version_info(rr.records[0].seq, rr.records[0].ts, rr.records[0].data_raw)
+        self._versions.put(key, info, 200)
+        return info
+
+    async def versions(self, head: Head, page: int = 1000) -> list[VersionInfo]:
+        out: list[VersionInfo] = []
+        after = 0
+        while after < head.head_seq:
+            rr = await self.engine.read_range(head.topic, after, page, READ_BYTES, None, head)
+            if not rr.records:
+                break
+            for rec in rr.records:
+                info = _version_info(rec.seq, rec.ts, rec.data_raw)
+                self._versions.put((head.topic, head.epoch, rec.seq), info, 200)
+                out.append(info)
+            after = rr.records[-1].seq
+        return out
+
+    async def is_retained(self, head: Head, version: int, now_ms: int) -> bool:
+        """Whether version's files index is within retention (the newest `versions`
+        versions, or created within `max_age_ms`)."""
+        if version > head.head_seq or version < 1:
+            return False
+        if version > head.head_seq - self.retention.versions:
+            return True
+        info = await self.version(head, version)
+        return info.created_ms >= now_ms - self.retention.max_age_ms
+
+
+def _prev(version: int) -> int | None:
+    return version - 1 if version > 1 else None
+
+
+def _version_record(index: TreeIndex) -> NewRecord:
+    body = {
+        "tree": index.tree_hash,
+        "files": len(index.files),
+        "bytes": sum(n for _, n in index.files.values()),
+    }
+    raw = orjson.dumps(body)
+    return NewRecord(data=None, meta=None, size=len(raw) + 16, data_raw=raw)
+
+
+def _version_info(seq: int, ts: int, data_raw: bytes) -> VersionInfo:
+    body: dict[str, Any] = orjson.loads(data_raw)
+    return VersionInfo(seq, ts, str(body["tree"]))
+
+
+async def _gather_limited(jobs: Iterable[Awaitable[None]], limit: int) -> None:
+    sem = asyncio.Semaphore(limit)
+
+    async def run(job: Awaitable[None]) -> None:
+        async with sem:
+            await job
+
+    await asyncio.gather(*(run(j) for j in jobs))

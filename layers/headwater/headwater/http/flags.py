@@ -1,0 +1,218 @@
+"""/api/v1 feature-flag manifests (docs/flags.md; spec: flag-closure-events.txt).
+
+    PUT  /api/v1/tenants/{tenant}/namespaces/{slug}/manifest           publish a version
+    GET  /api/v1/tenants/{tenant}/namespaces/{slug}/manifest           {version, files}
+    GET  /api/v1/tenants/{tenant}/namespaces/{slug}/manifest/versions  {versions: [...]}
+    GET  /api/v1/tenants/{tenant}/namespaces/{slug}/closure            closure tar.gz
+    GET  /api/v1/events                                                SSE closure deltas
+
+Every error is `{"error": {"code", "message", "details"?}}` (414 has no body); the
+rendering is `error_response` in `headwater.http.responses`, chosen by `is_flag_path`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from headwater import jsoncodec
+from headwater.flags.errors import QueryTooLong, RateLimitExceeded, unknown_namespace
+from headwater.flags.live import EventStream
+from headwater.flags.manifest import DEFAULT_LIMITS as TREE_LIMITS
+from headwater.flags.service import version_json
+from headwater.flags.snapshot import etag_matches
+from headwater.flags.subscription import DEFAULT_LIMITS, parse_events_request
+from headwater.http.bodies import read_body
+from headwater.http.flag_errors import EVENTS_PATH
+from headwater.http.limits import Slot
+from headwater.http.sse import EventStreamResponse
+from headwater.http.v0 import services
+from headwater.services import Services
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+NS = "/api/v1/tenants/{tenant}/namespaces/{slug}"
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
+LEASE_MS = 60_000
+RENEW_S = 20.0
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(jsoncodec.dumps(body), status, headers=headers, media_type="application/json")
+
+
+class NoCorsForEvents:
+    """The spec: /api/v1/events accepts requests with an Origin header but emits no
+    Access-Control-Allow-Origin (browsers are not a target). Installed outside the CORS
+    middleware, it hides the Origin header from it on that path."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == EVENTS_PATH:
+            headers = [(k, v) for k, v in scope["headers"] if k != b"origin"]
+            scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)
+
+
+# --- manifests -----------------------------------------------------------------------------
+@router.put(NS + "/manifest")
+async def publish(request: Request, tenant: str, slug: str) -> Response:
+    svc = services(request)
+    flags = svc.flags
+    principal = flags.principal(request.headers.get("authorization"))
+    flags.require_write(principal, tenant, slug)
+    body = await read_body(request, TREE_LIMITS.max_archive_bytes)
+    result = await flags.publish(
+        principal, tenant, slug, request.headers.get("content-type", ""), body
+    )
+    payload = {
+        "version": result.version,
+        "prev_version": result.prev_version,
+        "closure_hash": result.closure_hash,
+    }
+    return _json(payload, 201 if result.created else 200, {"ETag": f'"v{result.version}"'})
+
+
+@router.get(NS + "/manifest")
+async def read_manifest(request: Request, tenant: str, slug: str) -> Response:
+    flags = services(request).flags
+    principal = flags.principal(request.headers.get("authorization"))
+    version = await flags.current_version(principal, tenant, slug)
+    etag = f'"v{version}"'
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers={"ETag": etag})
+    body = await flags.manifest(principal, tenant, slug)
+    return _json(
+        {"version": body.version, "files": body.files}, 200, {"ETag": f'"v{body.version}"'}
+    )
+
+
+@router.get(NS + "/manifest/versions")
+async def list_versions(request: Request, tenant: str, slug: str) -> Response:
+    flags = services(request).flags
+    principal = flags.principal(request.headers.get("authorization"))
+    versions = await flags.versions(principal, tenant, slug)
+    return _json({"versions": [version_json(v) for v in versions]})
+
+
+@router.get(NS + "/closure")
+async def closure(request: Request, tenant: str, slug: str) -> Response:
+    flags = services(request).flags
+    result = await flags.closure(
+        tenant,
+        slug,
+        dict(request.query_params),
+        request.headers.get("authorization"),
+        request.headers.get("if-none-match"),
+    )
+    headers = {"ETag": result.etag, "Cache-Control": "private, max-age=60"}
+    if result.snapshot is None:
+        return Response(status_code=304, headers=headers)
+    return Response(result.snapshot.body, 200, headers=headers, media_type="application/x-tar")
+
+
+# --- events --------------------------------------------------------------------------------
+def _base_url(request: Request, svc: Services) -> str:
+    if svc.settings.flags.base_url:
+        return svc.settings.flags.base_url
+    proto = request.headers.get("x-forwarded-proto", request.url.scheme).split(",")[0].strip()
+    host = request.headers.get("host") or request.url.netloc
+    return f"{proto}://{host}"
+
+
+@router.get(EVENTS_PATH)
+async def events(request: Request) -> Response:
+    raw_query = request.scope.get("query_string", b"").decode("latin-1")
+    if len(raw_query.encode("latin-1")) > DEFAULT_LIMITS.max_query_bytes:
+        raise QueryTooLong(f"query string is over {DEFAULT_LIMITS.max_query_bytes} bytes")
+    svc = services(request)
+    flags = svc.flags
+    principal = flags.principal(request.headers.get("authorization"))
+    sub = parse_events_request(raw_query, principal, request.headers.get("last-event-id"))
+    heads = []
+    for ns in sub.namespaces:
+        head = await flags.store.head(ns.tenant, ns.slug)
+        if head is None:
+            raise unknown_namespace(ns.label)
+        heads.append(head)
+    cfg = svc.settings.flags
+    owner = secrets.token_hex(8)
+    engine = svc.engine
+    slot_no = await engine.run_io(
+        flags.slots.acquire,
+        principal.id,
+        cfg.max_connections_per_token,
+        owner,
+        engine.clock(),
+        LEASE_MS,
+    )
+    if slot_no is None:
+        raise RateLimitExceeded(
+            f"this token already holds {cfg.max_connections_per_token} event connections",
+            details={"max_connections": cfg.max_connections_per_token},
+            headers={"Retry-After": "5"},
+        )
+
+    def free() -> None:
+        engine.submit_io(flags.slots.release, principal.id, slot_no, owner)
+
+    stream = EventStream(
+        store=flags.store,
+        hub=flags.hub,
+        signer=flags.signer,
+        policy=flags.policy,
+        principal=principal,
+        namespaces=sub.namespaces,
+        heads=heads,
+        base_url=_base_url(request, svc),
+        keepalive_s=cfg.keepalive_sec,
+        max_duration_s=cfg.max_connection_sec,
+        shutdown=flags.shutdown,
+        clock_ms=engine.clock,
+    )
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(RENEW_S)
+                held = await engine.run_io(
+                    flags.slots.renew, principal.id, slot_no, owner, engine.clock(), LEASE_MS
+                )
+                if not held:
+                    log.warning("event connection lost its slot; closing it")
+                    return
+
+        renewer = asyncio.get_running_loop().create_task(renew())
+        try:
+            async for frame in stream.frames():
+                if renewer.done():
+                    return
+                yield frame
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(BaseException):
+                await renewer
+
+    caps = svc.settings.caps
+    return EventStreamResponse(
+        frames(),
+        Slot(free),
+        topics=[ns.label for ns in sub.namespaces],
+        grace_ms=caps.buffer_grace_ms,
+        timeout_ms=caps.slow_consumer_timeout_ms,
+        headers=SSE_HEADERS,
+        content_type="text/event-stream",
+        pacing_advice=False,
+        final_frame=lambda _status, _message: b"",
+    )

@@ -8,7 +8,9 @@ import base64
 import copy
 import gzip
 import importlib.util
+import io
 import json
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
+from headwater.errors import ConfigurationError
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
@@ -255,6 +258,105 @@ def test_missing_keys_parameter_fails_closed(aws: None) -> None:
             response = module.handler(_event("06_topics_list_get.json"), FakeLambdaContext())
         except parameters.exceptions.GetParameterError:
             return  # the invocation fails; Lambda reports it as a 502 to the caller
+        assert response["statusCode"] >= 500, response
+    finally:
+        asyncio.get_event_loop().close()
+        asyncio.set_event_loop(None)
+
+
+FLAG_TOKENS_PARAMETER = "/headwater/test/flag-tokens"
+SIGNING_KEY_PARAMETER = "/headwater/test/flag-signing-key"
+FLAG_TOKEN = "hw-flag-token-0123456789abcdef"  # the bearer token in tests/events/7x_flags_*.json
+
+
+def test_recorded_flag_events_round_trip(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The flag tokens and the signing key come from SSM parameters, as template.yaml's
+    # FlagTokensParameterName / SigningKeyParameterName say (read on the first request).
+    ssm = boto3.client("ssm")
+    ssm.put_parameter(Name=KEYS_PARAMETER, Value=API_KEY, Type="SecureString", Overwrite=True)
+    tokens = [
+        {
+            "token": FLAG_TOKEN,
+            "tenant": "acme",
+            "kind": "service",
+            "permissions": ["manifest.read", "manifest.write"],
+            "namespaces": ["billing"],
+        }
+    ]
+    ssm.put_parameter(
+        Name=FLAG_TOKENS_PARAMETER, Value=json.dumps(tokens), Type="SecureString", Overwrite=True
+    )
+    ssm.put_parameter(
+        Name=SIGNING_KEY_PARAMETER, Value="s" * 40, Type="SecureString", Overwrite=True
+    )
+    monkeypatch.setenv("HEADWATER_FLAG_TOKENS_PARAMETER", FLAG_TOKENS_PARAMETER)
+    monkeypatch.setenv("HEADWATER_SIGNING_KEY_PARAMETER", SIGNING_KEY_PARAMETER)
+    module = _import_handler()
+    try:
+        handler, ctx = module.handler, FakeLambdaContext()
+        published = handler(_event("70_flags_manifest_put.json"), ctx)
+        assert published["statusCode"] == 201, published
+        assert _body(published)["version"] == 1
+        read = handler(_event("71_flags_manifest_get.json"), ctx)
+        assert read["statusCode"] == 200, read
+        assert read["headers"]["etag"] == '"v1"'
+        put_files = json.loads(_event("70_flags_manifest_put.json")["body"])["files"]
+        assert _body(read) == {"version": 1, "files": put_files}
+        # the closure tarball is binary: Mangum base64-encodes it for the function URL
+        closure = handler(_event("72_flags_closure_get.json"), ctx)
+        assert closure["statusCode"] == 200, closure
+        assert closure["isBase64Encoded"] is True
+        assert closure["headers"]["cache-control"] == "private, max-age=60"
+        raw = base64.b64decode(closure["body"])
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as archive:
+            names = sorted(archive.getnames())
+        # checkout-redesign uses the employees segment; the other flag is not subscribed
+        assert names == [
+            "flags/checkout-redesign.toml",
+            "namespace.toml",
+            "segments/employees.toml",
+        ]
+        # another token is refused in the flag surface's own envelope
+        event = copy.deepcopy(_event("71_flags_manifest_get.json"))
+        event["headers"]["authorization"] = "Bearer not-a-flag-token-at-all-000000"
+        refused = handler(event, ctx)
+        assert refused["statusCode"] == 401
+        assert _body(refused)["error"]["code"] == "unauthorized"
+    finally:
+        asyncio.get_event_loop().close()
+        asyncio.set_event_loop(None)
+
+
+def test_flag_tokens_without_a_signing_key_fail_closed(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN flag tokens but no signing key on Lambda (each instance would sign with its own
+    # random key, so snapshot URLs would not verify on the instance that serves them)
+    ssm = boto3.client("ssm")
+    ssm.put_parameter(Name=KEYS_PARAMETER, Value=API_KEY, Type="SecureString", Overwrite=True)
+    tokens = [
+        {
+            "token": FLAG_TOKEN,
+            "tenant": "acme",
+            "kind": "service",
+            "permissions": ["manifest.read"],
+            "namespaces": ["*"],
+        }
+    ]
+    ssm.put_parameter(
+        Name=FLAG_TOKENS_PARAMETER, Value=json.dumps(tokens), Type="SecureString", Overwrite=True
+    )
+    monkeypatch.setenv("HEADWATER_FLAG_TOKENS_PARAMETER", FLAG_TOKENS_PARAMETER)
+    monkeypatch.setenv("HEADWATER_SIGNING_KEY_PARAMETER", "")
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", FakeLambdaContext.function_name)
+    module = _import_handler()
+    try:
+        # WHEN a request arrives THEN the function refuses to serve (a configuration error)
+        try:
+            response = module.handler(_event("71_flags_manifest_get.json"), FakeLambdaContext())
+        except ConfigurationError as exc:
+            assert "HEADWATER_SIGNING_KEY" in str(exc)
+            return
         assert response["statusCode"] >= 500, response
     finally:
         asyncio.get_event_loop().close()

@@ -129,3 +129,21 @@ def test_notifications_are_wired(template: dict[str, Any]) -> None:
     for name in ("ApiFunction", "StreamFunction"):
         cors = template["Resources"][name]["Properties"]["FunctionUrlConfig"]["Cors"]
         assert "x-request-id" in cors["AllowHeaders"] and "x-request-id" in cors["ExposeHeaders"]
+
+
+def test_flags_are_wired(template: dict[str, Any]) -> None:
+    """The flag tokens and the signing key reach every function by SSM parameter name (never
+    as plain text), and the HTTP functions may read exactly those parameters when set."""
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert env[hw_settings.ENV_FLAG_TOKENS_PARAMETER] == {"Ref": "FlagTokensParameterName"}
+    assert env[hw_settings.ENV_SIGNING_KEY_PARAMETER] == {"Ref": "SigningKeyParameterName"}
+    assert hw_settings.ENV_FLAG_TOKENS not in env and hw_settings.ENV_SIGNING_KEY not in env
+    statements = template["Resources"]["AppDataAccessPolicy"]["Properties"]["PolicyDocument"][
+        "Statement"
+    ]
+    conditional = {
+        s["Fn::If"][0]: s["Fn::If"][1] for s in statements if isinstance(s, dict) and "Fn::If" in s
+    }
+    assert conditional["HasFlagTokens"]["Action"] == ["ssm:GetParameter"]
+    assert "${FlagTokensParameterName}" in conditional["HasFlagTokens"]["Resource"]["Fn::Sub"]
+    assert "${SigningKeyParameterName}" in conditional["HasSigningKey"]["Resource"]["Fn::Sub"]

@@ -33,7 +33,12 @@ from headwater.http.limits import ConnectionLimits
 from headwater.notify.schema import NotificationSchema
 from headwater.notify.service import NotificationService, load_notification_schema
 from headwater.notify.store import NotificationStore
-from headwater.settings import ENV_FLAG_TOKENS_PARAMETER, ENV_SIGNING_KEY_PARAMETER, Settings
+from headwater.settings import (
+    ENV_FLAG_TOKENS_PARAMETER,
+    ENV_LAMBDA_FUNCTION_NAME,
+    ENV_SIGNING_KEY_PARAMETER,
+    Settings,
+)
 from headwater.storage.blobs import S3BlobStore, read_object
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
@@ -150,6 +155,12 @@ def build_flags(core: Core, tokens: TokenStore | None = None) -> FlagService:
     key = load_secret(
         cfg.signing_key, os.environ.get(ENV_SIGNING_KEY_PARAMETER) or None, "signing key"
     )
+    if not key and len(tokens) and os.environ.get(ENV_LAMBDA_FUNCTION_NAME):
+        # Each Lambda instance would sign with its own random key, and a snapshot URL is
+        # rarely served by the instance that signed it: refuse rather than fail later.
+        raise ConfigurationError(
+            "flag tokens are configured but HEADWATER_SIGNING_KEY(_PARAMETER) is not"
+        )
     retention = Retention(versions=cfg.retain_versions, max_age_ms=cfg.retain_sec * 1000)
     return FlagService(
         ManifestStore(core.engine, retention),

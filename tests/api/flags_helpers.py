@@ -308,3 +308,20 @@ def apply_inline(tracked: dict[str, bytes], data: dict[str, Any]) -> dict[str, b
             del new[path]
     assert closure_hash(new) == data["closure_hash"]
     return new
+
+
+def expected_ops(
+    old_tree: Mapping[str, bytes], new_tree: Mapping[str, bytes], flags: str
+) -> list[tuple[str, str]]:
+    """Spec, 'Per-file op values', from the two whole trees: (path, op) sorted by path."""
+    old, new = closure_files(old_tree, flags), closure_files(new_tree, flags)
+    ops: list[tuple[str, str]] = []
+    for path in set(old) | set(new):
+        if path in old and path in new:
+            if old[path] != new[path]:
+                ops.append((path, "modified"))
+        elif path in new:
+            ops.append((path, "enter" if path in old_tree else "added"))
+        else:
+            ops.append((path, "leave" if path in new_tree else "removed"))
+    return sorted(ops, key=lambda item: item[0].encode("utf-8"))

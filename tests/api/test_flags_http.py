@@ -581,3 +581,25 @@ def test_closure_auth_and_existence_errors(make_client: MakeClient) -> None:
     # The superadmin may read any tenant's closure by bearer.
     resp = fc.get(closure_url(version=4), headers=auth(ADMIN))
     assert resp.status_code == 200
+
+
+def test_identical_files_in_two_namespaces_are_stored_for_each(make_client: MakeClient) -> None:
+    """Files are content-addressed per namespace (flags/<tenant>/<slug>/files/...): a file
+    another namespace already holds must still be stored for this one, so a fresh process
+    (empty caches) can read it."""
+    fc = flags_client(make_client)
+    publish_ok(fc, "billing", TREE)
+    publish_ok(fc, "growth", TREE)
+    publish_ok(fc, "billing", TREE, tenant="globex", token=OTHER)
+    fresh = flags_client(make_client)
+    for tenant, slug, token in (("acme", "growth", RO), ("globex", "billing", OTHER)):
+        resp = fresh.get(ns_path(slug, "/manifest", tenant), headers=auth(token))
+        assert resp.status_code == 200, resp.text
+        assert resp.json() == {"version": 1, "files": TREE}
+        resp = fresh.get(
+            ns_path(slug, "/closure", tenant) + "?version=1&subscription=Kg", headers=auth(token)
+        )
+        assert resp.status_code == 200, resp.text
+        assert untar(resp.content) == enc(TREE)
+    keys = s3_keys(fc, "flags/acme/growth/files/")
+    assert len(keys) == len({c for c in TREE.values()}), keys

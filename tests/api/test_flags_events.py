@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -102,6 +103,8 @@ def snapshot_tree(client: TestClient, data: dict[str, Any]) -> dict[str, bytes]:
     assert resp.status_code == 200, resp.text
     tree = untar(resp.content)
     assert closure_hash(tree) == data["closure_hash"]
+    if "snapshot_size_bytes" in data:  # spec: the uncompressed tarball size
+        assert len(gzip.decompress(resp.content)) == data["snapshot_size_bytes"]
     return tree
 
 

@@ -243,7 +243,8 @@ class ManifestStore:
         todo: dict[bytes, bytes] = {}
         for content in tree.values():
             digest = hashlib.sha256(content).digest()
-            if digest in held or digest in todo or self._known_blobs.get(digest.hex()):
+            known = self._known_blobs.get(_prefix(tenant, slug) + digest.hex())
+            if digest in held or digest in todo or known:
                 continue
             todo[digest] = content
         await _gather_limited(
@@ -252,7 +253,8 @@ class ManifestStore:
 
     async def _put_file(self, tenant: str, slug: str, digest: bytes, content: bytes) -> None:
         await self.engine.put_blob(_prefix(tenant, slug) + f"files/{digest.hex()}", content)
-        self._known_blobs.put(digest.hex(), True, 64)
+        # Keyed by namespace: files are stored under each namespace's own prefix.
+        self._known_blobs.put(_prefix(tenant, slug) + digest.hex(), True, 64)
 
     # --- reads ----------------------------------------------------------------------------
     async def index(self, tenant: str, slug: str, tree_hash: str) -> TreeIndex:

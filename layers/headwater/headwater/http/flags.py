@@ -167,6 +167,11 @@ async def events(request: Request) -> Response:
     def free() -> None:
         engine.submit_io(flags.slots.release, principal.id, slot_no, owner)
 
+    # One Slot for the response and the frames below: when the app is cancelled rather than
+    # told of a disconnect (an ASGI cancel scope), the response's own cleanup never reaches
+    # its release, but the cancellation still runs the frames' `finally`.
+    slot = Slot(free)
+
     stream = EventStream(
         store=flags.store,
         hub=flags.hub,
@@ -200,6 +205,7 @@ async def events(request: Request) -> Response:
                     return
                 yield frame
         finally:
+            slot.release()  # before any await: nothing may skip it
             renewer.cancel()
             with contextlib.suppress(BaseException):
                 await renewer
@@ -207,7 +213,7 @@ async def events(request: Request) -> Response:
     caps = svc.settings.caps
     return EventStreamResponse(
         frames(),
-        Slot(free),
+        slot,
         topics=[ns.label for ns in sub.namespaces],
         grace_ms=caps.buffer_grace_ms,
         timeout_ms=caps.slow_consumer_timeout_ms,

@@ -9,6 +9,7 @@ import hashlib
 import json
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -494,7 +495,9 @@ def test_refusal_statuses_are_fatal(status: int) -> None:
     )
     sub.start()
     assert not sub.wait_for_version("billing", 1, timeout=5)
-    sub._thread.join(5) if sub._thread else None
+    deadline = time.monotonic() + 5
+    while sub.running and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not sub.running
     fatal = sub.fatal_error
     assert fatal is not None and fatal.status == status and "no" in fatal.message

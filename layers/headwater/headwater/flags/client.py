@@ -222,8 +222,9 @@ class _Namespace:
         )
 
 
-class _Fatal(Exception):
-    pass
+class SubscriberFatal(Exception):
+    """`run_once()` was refused for good (400/401/403/404/405/410/414): the subscriber has
+    stopped and `fatal_error` says why."""
 
 
 class _SnapshotFailed(Exception):
@@ -451,7 +452,7 @@ class FlagSubscriber:
         while not self._stop.is_set():
             try:
                 healthy, retry_after = self.run_once()
-            except _Fatal:
+            except SubscriberFatal:
                 return
             except Exception as exc:  # a bug must not kill the thread silently
                 log.exception("flag subscriber connection failed")
@@ -494,7 +495,7 @@ class FlagSubscriber:
     def run_once(self) -> tuple[bool, float | None]:
         """One events connection, until the stream ends, `stop()` or a reconnect is needed.
         Returns (healthy: at least one event was applied, Retry-After seconds or None).
-        Raises `_Fatal` (after stopping) on 400/401/403 and the other permanent statuses."""
+        Raises `SubscriberFatal` (after stopping) on 400/401/403 and other permanent statuses."""
         url, headers = self.events_request()
         self._reconnect.clear()
         healthy = False
@@ -534,7 +535,7 @@ class FlagSubscriber:
                 self._fatal = err
                 self._cond.notify_all()
             self._stop.set()
-            raise _Fatal(message)
+            raise SubscriberFatal(message)
         self._record(None, "http", message, status=status)
         return _retry_after(response.headers.get("retry-after"))
 

@@ -329,13 +329,6 @@ def test_superadmin_resync_and_churn_snapshot(settings: Settings, aws: AwsClient
             assert sub.last_refresh_error() is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server bug: ManifestStore._known_blobs is keyed by the content digest alone, but"
-    " file blobs live under flags/<tenant>/<slug>/files/<digest>; a second namespace"
-    " publishing a file whose bytes another namespace already published in this process"
-    " never uploads it, so a fresh process cannot read that namespace (503)",
-)
 def test_same_content_in_two_namespaces_survives_a_restart(
     flag_settings: Settings, aws: AwsClients
 ) -> None:

@@ -2,7 +2,9 @@
 tables and bucket, and serve the whole API with uvicorn. Ctrl-C stops everything.
 
 /api/v1 serves the example notification schema (infra/notification_schema.example.yaml)
-unless HEADWATER_NOTIFICATION_SCHEMA names another (set it empty for none). On SIGINT or
+unless HEADWATER_NOTIFICATION_SCHEMA names another (set it empty for none), and, bound to
+loopback, the example flag tokens (infra/flag_tokens.example.yaml) unless
+HEADWATER_FLAG_TOKENS is set. On SIGINT or
 SIGTERM, open notification streams are closed with `server_shutdown` before uvicorn waits
 for connections to end."""
 
@@ -24,12 +26,18 @@ from headwater.dev.emulator import (
     external_endpoint_configured,
 )
 from headwater.errors import ConfigurationError
-from headwater.settings import ENV_EMULATOR_PORT, ENV_NOTIFICATION_SCHEMA, Settings
+from headwater.settings import (
+    ENV_EMULATOR_PORT,
+    ENV_FLAG_TOKENS,
+    ENV_NOTIFICATION_SCHEMA,
+    Settings,
+)
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 
 # The repository's example schema (a source checkout; absent from an installed package).
 EXAMPLE_SCHEMA = Path(__file__).resolve().parents[4] / "infra" / "notification_schema.example.yaml"
+EXAMPLE_FLAG_TOKENS = Path(__file__).resolve().parents[4] / "infra" / "flag_tokens.example.yaml"
 CLOSING_GRACE_S = 0.5  # lets closing frames reach the sockets before uvicorn closes them
 
 
@@ -70,6 +78,19 @@ def default_notification_schema() -> str | None:
     return str(EXAMPLE_SCHEMA)
 
 
+def default_flag_tokens(settings: Settings) -> str | None:
+    """The flag tokens `make run` uses when none are configured: the example file, and only
+    on a loopback bind (its tokens are public)."""
+    if (
+        ENV_FLAG_TOKENS in os.environ
+        or not EXAMPLE_FLAG_TOKENS.is_file()
+        or not settings.bind_is_loopback()
+    ):
+        return None
+    os.environ[ENV_FLAG_TOKENS] = str(EXAMPLE_FLAG_TOKENS)
+    return str(EXAMPLE_FLAG_TOKENS)
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     log = logging.getLogger("headwater.dev")
@@ -88,6 +109,9 @@ def main() -> int:
     if example is not None:
         log.info("notification schema: %s (set %s to change)", example, ENV_NOTIFICATION_SCHEMA)
     try:
+        tokens = default_flag_tokens(Settings.from_env())
+        if tokens is not None:
+            log.info("flag tokens: %s (set %s to change)", tokens, ENV_FLAG_TOKENS)
         settings = Settings.from_env()
         ensure_resources(settings, AwsClients.create(settings))
         from headwater.http.app import create_app

@@ -12,7 +12,8 @@ bench_tiering (reads of sealed history from S3 segments, a 1,000,000-record log 
 end, 1 MB records, the cost of sealing and of ingest + one delivery), bench_durable (/v1
 against @durable-streams/server) and bench_notify (aviso's /api/v1: notify throughput,
 watch latency, replay of 100,000 sealed notifications with and without a polygon filter)
-run on moto only.
+and bench_flags (feature-flag manifests: publish -> delta latency over 100 SSE connections,
+closure builds of a 1,000-flag namespace) run on moto only.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ import argparse
 import sys
 from typing import Any
 
-from bench import bench_durable, bench_live, bench_notify, bench_queue, bench_tiering, bench_v0
+from bench import (
+    bench_durable,
+    bench_flags,
+    bench_live,
+    bench_notify,
+    bench_queue,
+    bench_tiering,
+    bench_v0,
+)
 
 
 def _ddblocal_available() -> bool:
@@ -105,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         notify = bench_notify.main(forwarded)
         missed += missed_targets(notify, "notify")
         errors += failed_requests(notify)
+        print("\n######## bench flags (publish -> delta latency, closure builds) on moto")
+        flags = bench_flags.main(forwarded)
+        missed += missed_targets(flags, "flags")
+        errors += failed_requests(flags)
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

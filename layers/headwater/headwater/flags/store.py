@@ -10,7 +10,9 @@ The tree of a version lives in S3, content-addressed under `flags/<tenant>/<slug
 - `trees/<tree hex>.json`: the per-version files index (`manifest_version_files`): every
   path with its sha256 and size, and each file's segment references, which is all a closure
   or a closure hash needs (no file is parsed again after publish);
-- `closures/<closure hex>.tar.gz`: closure tarballs, built on first request.
+- `closures/<closure hex>.tar.gz`: closure tarballs; the `*` one (the whole tree) is built at
+  publish, and is also where a cold reader takes many files from in one read; narrower ones
+  are built on first request.
 
 The tree hash is the closure hash of the whole tree (which is the `*` closure: lint allows
 only namespace.toml, flags and segments). Everything is written before the commit that
@@ -31,9 +33,9 @@ import asyncio
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import orjson
 
@@ -44,15 +46,17 @@ from headwater.errors import TopicNotFound
 from headwater.flags import names
 from headwater.flags.closure import FlagSelection, closure_hash_of_digests, closure_paths
 from headwater.flags.lint import Model
-from headwater.flags.tarball import Snapshot, build_snapshot, tar_size
+from headwater.flags.tarball import Snapshot, build_snapshot, read_snapshot, tar_size
 from headwater.storage.ports import Head
 
 TOPIC_PREFIX = "~flags/"
 HASH_PREFIX = "sha256:"
 READ_BYTES = 1 << 20
+BULK_FILES = 8  # more files missing than this: read the tree's `*` tarball instead
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 def topic_of(tenant: str, slug: str) -> str:
@@ -195,6 +199,7 @@ class ManifestStore:
         self._tarballs: Lru[str, Snapshot] = Lru(cache_bytes // 8)
         self._versions: Lru[tuple[str, int, int], VersionInfo] = Lru(4 << 20)
         self._known_blobs: Lru[str, bool] = Lru(1 << 20)
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
 
     # --- heads ----------------------------------------------------------------------------
     async def head(self, tenant: str, slug: str, *, consistent: bool = True) -> Head | None:
@@ -215,10 +220,18 @@ class ManifestStore:
             return PublishResult(head.head_seq, _prev(head.head_seq), index.tree_hash, False)
         current = await self.index(tenant, slug, head.ext) if head is not None else None
         await self._put_files(tenant, slug, tree, current)
-        await self.engine.put_blob(
-            _prefix(tenant, slug) + f"trees/{_hex(index.tree_hash)}.json", index.to_json()
+        # The `*` closure is the whole tree: its tarball is built now, from bytes at hand,
+        # so a cold `*` snapshot is one GET, and a cold narrow closure or a full read takes
+        # its files from that one object instead of one GET per file.
+        snap = build_snapshot(tree)
+        await asyncio.gather(
+            self.engine.put_blob(
+                _prefix(tenant, slug) + f"trees/{_hex(index.tree_hash)}.json", index.to_json()
+            ),
+            self.engine.put_blob(self._tarball_key(tenant, slug, index.tree_hash), snap.body),
         )
         self._indexes.put(index.tree_hash, index, index.cost())
+        self._tarballs.put(index.tree_hash, snap, len(snap.body) + 100)
 
         def guard(_head: Head, ext: str, head_seq: int) -> Admit | Settle:
             if ext == index.tree_hash:
@@ -255,6 +268,30 @@ class ManifestStore:
         await self.engine.put_blob(_prefix(tenant, slug) + f"files/{digest.hex()}", content)
         # Keyed by namespace: files are stored under each namespace's own prefix.
         self._known_blobs.put(_prefix(tenant, slug) + digest.hex(), True, 64)
+        # Every follower of this namespace wants the new contents next (its inline delta).
+        self._blobs.put(digest.hex(), content, len(content) + 100)
+
+    @staticmethod
+    def _tarball_key(tenant: str, slug: str, closure_hash: str) -> str:
+        return _prefix(tenant, slug) + f"closures/{_hex(closure_hash)}.tar.gz"
+
+    async def _once(self, key: str, fetch: Callable[[], Awaitable[T]]) -> T:
+        """Run `fetch` once for concurrent callers asking for the same `key` (a publish
+        wakes every follower at once: they share one read, not one each). The read is its
+        own task, so a caller that goes away (a closed connection) cancels nobody else's."""
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(fetch())
+            self._inflight[key] = task
+
+            def done(t: asyncio.Future[Any], k: str = key) -> None:
+                if self._inflight.get(k) is t:
+                    del self._inflight[k]
+                if not t.cancelled():
+                    t.exception()  # retrieved, even when every caller has gone
+
+            task.add_done_callback(done)
+        return cast(T, await asyncio.shield(task))
 
     # --- reads ----------------------------------------------------------------------------
     async def index(self, tenant: str, slug: str, tree_hash: str) -> TreeIndex:
@@ -267,30 +304,61 @@ class ManifestStore:
         return index
 
     async def contents(
-        self, tenant: str, slug: str, digests: Iterable[bytes]
+        self,
+        tenant: str,
+        slug: str,
+        digests: Iterable[bytes],
+        tree_hash: str | None = None,
     ) -> dict[bytes, bytes]:
-        """The file contents with these sha256 digests (cached; fetched in parallel)."""
+        """The file contents with these sha256 digests: from the cache, else (more than
+        BULK_FILES missing and `tree_hash` given) from that tree's `*` tarball in one read,
+        else one read per file, in parallel. Concurrent callers share each read."""
+        wanted = list(dict.fromkeys(digests))
         out: dict[bytes, bytes] = {}
+        missing = self._cached(wanted, out)
+        if tree_hash is not None and len(missing) > BULK_FILES:
+            key = self._tarball_key(tenant, slug, tree_hash)
+            await self._once(key, lambda: self._load_tarball(key))
+            missing = self._cached(missing, out)
+
+        async def fetch(d: bytes) -> None:
+            key = _prefix(tenant, slug) + f"files/{d.hex()}"
+            out[d] = await self._once(key, lambda: self._load_file(key, d))
+
+        await _gather_limited((fetch(d) for d in missing), limit=16)
+        return out
+
+    def _cached(self, digests: Iterable[bytes], out: dict[bytes, bytes]) -> list[bytes]:
         missing: list[bytes] = []
-        for d in dict.fromkeys(digests):
+        for d in digests:
             hit = self._blobs.get(d.hex())
             if hit is not None:
                 out[d] = hit
             else:
                 missing.append(d)
+        return missing
 
-        async def fetch(d: bytes) -> None:
-            body = await self.engine.get_blob(_prefix(tenant, slug) + f"files/{d.hex()}")
-            if hashlib.sha256(body).digest() != d:
-                raise RuntimeError(f"stored file {d.hex()} does not match its digest")
-            self._blobs.put(d.hex(), body, len(body) + 100)
-            out[d] = body
+    async def _load_file(self, key: str, digest: bytes) -> bytes:
+        body = await self.engine.get_blob(key)
+        if hashlib.sha256(body).digest() != digest:
+            raise RuntimeError(f"stored file {key} does not match its digest")
+        self._blobs.put(digest.hex(), body, len(body) + 100)
+        return body
 
-        await _gather_limited((fetch(d) for d in missing), limit=16)
-        return out
+    async def _load_tarball(self, key: str) -> bool:
+        """Every file of a stored tarball into the content cache (False: no such object,
+        e.g. a version published before tarballs were written at publish)."""
+        body = await self.engine.find_blob(key)
+        if body is None:
+            return False
+        for content in read_snapshot(body).values():
+            self._blobs.put(hashlib.sha256(content).hexdigest(), content, len(content) + 100)
+        return True
 
     async def tree(self, tenant: str, slug: str, index: TreeIndex) -> dict[str, bytes]:
-        got = await self.contents(tenant, slug, (d for d, _ in index.files.values()))
+        got = await self.contents(
+            tenant, slug, (d for d, _ in index.files.values()), index.tree_hash
+        )
         return {p: got[d] for p, (d, _) in index.files.items()}
 
     def closure(self, index: TreeIndex, selection: FlagSelection) -> Closure:
@@ -313,12 +381,12 @@ class ManifestStore:
         hit = self._tarballs.get(closure.hash)
         if hit is not None:
             return hit
-        key = _prefix(tenant, slug) + f"closures/{_hex(closure.hash)}.tar.gz"
+        key = self._tarball_key(tenant, slug, closure.hash)
         body = await self.engine.find_blob(key)
         if body is not None:
             snap = Snapshot(body, closure.tar_size)
         else:
-            got = await self.contents(tenant, slug, closure.digests.values())
+            got = await self.contents(tenant, slug, closure.digests.values(), index.tree_hash)
             snap = build_snapshot({p: got[d] for p, d in closure.digests.items()})
             await self.engine.put_blob(key, snap.body)
         self._tarballs.put(closure.hash, snap, len(snap.body) + 100)

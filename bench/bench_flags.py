@@ -31,11 +31,12 @@ costs little CPU on a 2-core box). One service token with `manifest.read` and
   - closure-cold-all: GET .../closure?version=N&subscription=<b64url("*")> on a fresh
     server process (caches empty; its connections to the emulator warmed by one closure of
     a tiny other namespace first): reads the head, the version record and the files index,
-    misses the stored tarball, fetches every file from S3, builds the tar.gz and stores it.
-    One operation = one request; records = files in the closure.
+    and the `*` tarball the publish stored (the whole tree). One operation = one request;
+    records = files in the closure.
   - closure-warm-all: the same request again on a server that already answered it
     (memoized in process), --builds requests per run.
-  - closure-cold-narrow: a 10-flag subscription, cold (fresh server), like cold-all.
+  - closure-cold-narrow: a 10-flag subscription, cold (fresh server): misses a stored
+    narrow tarball, takes the files from the `*` tarball (one read), builds and stores it.
   - closure-build-inproc: no server and no storage: TreeIndex.build (sha256 of every file +
     the tree hash), closure_paths + closure_hash_of_digests for `*`, and build_snapshot (the
     deterministic tar.gz), in this process, --builds times per run. Per phase medians and

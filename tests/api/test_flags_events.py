@@ -43,8 +43,9 @@ from starlette.testclient import TestClient
 from test_tiering import services
 
 from headwater.flags.live import EventStream
-from headwater.flags.store import topic_of
+from headwater.flags.store import Lru, topic_of
 from headwater.flags.subscription import parse_events_request
+from headwater.http.app import begin_shutdown
 from headwater.storage.ports import Head
 
 pytestmark = pytest.mark.api
@@ -568,6 +569,7 @@ class _Hub:
 
     def __init__(self, head: Head) -> None:
         self.head = head
+        self.inline_events: Lru[Any, Any] = Lru(1 << 20)
 
     def latest(self, topic: str) -> Head:
         assert topic == self.head.topic
@@ -700,3 +702,18 @@ def test_superadmin_labels_carry_the_tenant(fc: TestClient) -> None:
         assert fr.id == "acme/billing:2"
         assert fr.data["namespace"] == "acme/billing"
         apply_inline(tracked, fr.data)
+
+
+def test_server_shutdown_ends_open_streams_at_once(make_client: MakeClient) -> None:
+    # GIVEN an idle open stream past its first event (keepalives 30 s apart)
+    client = flags_client(make_client, keepalive_sec=30)
+    publish_ok(client, "billing", V1)
+    with events(client, "ns=billing:*") as sse:
+        sse.event()
+        # WHEN the server begins a graceful shutdown
+        started = time.monotonic()
+        client.portal.call(begin_shutdown, client.app)  # type: ignore[union-attr]
+        # THEN the stream ends now, not at its next keepalive
+        rest = list(sse._lines)
+        assert time.monotonic() - started < 10
+        assert not any(line.startswith(":") for line in rest), rest

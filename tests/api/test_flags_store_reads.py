@@ -72,7 +72,9 @@ def test_a_cold_reader_of_many_files_reads_the_tree_tarball_once(engine: LogEngi
 
     async def run() -> None:
         tree = tree_of(40, "b")
-        result = await ManifestStore(engine).publish("acme", "growth", tree, check(tree))
+        writer = ManifestStore(engine)
+        result = await writer.publish("acme", "growth", tree, check(tree))
+        await writer.settle()  # the tree's tarball is written right after the commit
         reader = ManifestStore(engine)
         head = await reader.head("acme", "growth")
         assert head is not None and head.ext == result.closure_hash

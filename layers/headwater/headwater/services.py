@@ -231,6 +231,7 @@ class Services:
         self.shutting_down = True
         self.notifications.shutdown.set()
         self.flags.shutdown.set()
+        self.flags.hub.wake_all()
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)

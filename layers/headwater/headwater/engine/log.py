@@ -1117,6 +1117,12 @@ class LogEngine:
 
         return await self._io(run)
 
+    def head_hint(self, topic: str) -> Head | None:
+        """The head this process last committed or saw for `topic`, without I/O: possibly
+        stale (another process may have moved it), so only for decisions a conditional
+        commit re-checks (an append's guard)."""
+        return self._head_cache.get(topic)
+
     async def head_of(self, topic: str, *, consistent: bool = True) -> Head | None:
         return await self._io(lambda: self.heads.get(topic, consistent=consistent))
 

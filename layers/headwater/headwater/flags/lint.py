@@ -19,7 +19,10 @@ Lint returns every finding at once, sorted by (path, code, message):
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import tomllib
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +96,37 @@ def _load(path: str, content: bytes, findings: list[Finding]) -> dict[str, Any] 
         return None
 
 
+# What one file contributes (its segment references and its own findings) depends only on
+# its path and bytes: publishes that change one file of a large namespace parse one file.
+_FILE_CACHE: OrderedDict[tuple[str, bytes], tuple[frozenset[str], tuple[Finding, ...]]] = (
+    OrderedDict()
+)
+_FILE_CACHE_MAX = 20_000
+_FILE_CACHE_LOCK = threading.Lock()
+
+
+def _file(path: str, content: bytes) -> tuple[frozenset[str], tuple[Finding, ...]]:
+    key = (path, hashlib.sha256(content).digest())
+    with _FILE_CACHE_LOCK:
+        hit = _FILE_CACHE.get(key)
+        if hit is not None:
+            _FILE_CACHE.move_to_end(key)
+            return hit
+    findings: list[Finding] = []
+    document = _load(path, content, findings)
+    refs: set[str] = set()
+    if document is not None and path != names.NAMESPACE_FILE:
+        bad: list[str] = []
+        _references(document, "", refs, bad)
+        findings.extend(Finding(path, "invalid_segment_reference", m) for m in bad)
+    result = (frozenset(refs), tuple(findings))
+    with _FILE_CACHE_LOCK:
+        _FILE_CACHE[key] = result
+        while len(_FILE_CACHE) > _FILE_CACHE_MAX:
+            _FILE_CACHE.popitem(last=False)
+    return result
+
+
 def _parse(tree: Mapping[str, bytes]) -> _Parsed:
     findings: list[Finding] = []
     flag_uses: dict[str, frozenset[str]] = {}
@@ -113,12 +147,8 @@ def _parse(tree: Mapping[str, bytes]) -> _Parsed:
                 )
             )
             continue
-        document = _load(path, tree[path], findings)
-        refs: set[str] = set()
-        if document is not None and path != names.NAMESPACE_FILE:
-            bad: list[str] = []
-            _references(document, "", refs, bad)
-            findings.extend(Finding(path, "invalid_segment_reference", m) for m in bad)
+        refs, file_findings = _file(path, tree[path])
+        findings.extend(file_findings)
         if flag is not None:
             flag_uses[flag] = frozenset(refs)
         elif segment is not None:
@@ -181,7 +211,10 @@ def find_cycles(segment_uses: Mapping[str, frozenset[str]]) -> list[list[str]]:
 
 def lint(tree: Mapping[str, bytes]) -> list[Finding]:
     """Every finding for `tree`; empty when it may be committed."""
-    parsed = _parse(tree)
+    return _lint(_parse(tree))
+
+
+def _lint(parsed: _Parsed) -> list[Finding]:
     findings = parsed.findings + list(_unknown_segments(parsed.model))
     for cycle in find_cycles(parsed.model.segment_uses):
         chain = " -> ".join([*cycle, cycle[0]])
@@ -193,10 +226,11 @@ def lint(tree: Mapping[str, bytes]) -> list[Finding]:
 
 def check(tree: Mapping[str, bytes]) -> Model:
     """The model of a tree that passes lint, or LintFailed (422) carrying every finding."""
-    findings = lint(tree)
+    parsed = _parse(tree)
+    findings = _lint(parsed)
     if findings:
         raise LintFailed(
             f"manifest failed lint with {len(findings)} finding(s)",
             details=[f.as_dict() for f in findings],
         )
-    return build_model(tree)
+    return parsed.model

@@ -45,7 +45,7 @@ from headwater.flags.delta import (
     resync_event,
 )
 from headwater.flags.snapshot import snapshot_url
-from headwater.flags.store import Closure, ManifestStore, TreeIndex, topic_of
+from headwater.flags.store import Closure, Lru, ManifestStore, TreeIndex, topic_of
 from headwater.flags.subscription import NamespaceSubscription
 from headwater.flags.tokens import Principal, SnapshotScope, SnapshotSigner
 from headwater.storage.ports import Head
@@ -67,6 +67,14 @@ class FlagHub:
     def __init__(self, engine: LogEngine) -> None:
         self.engine = engine
         self._watches: dict[str, _Watch] = {}
+        # (label, subscription, prev version, prev tree, version, tree) -> the inline event
+        self.inline_events: Lru[tuple[str, str, int, str, int, str], SseEvent] = Lru(8 << 20)
+
+    def wake_all(self) -> None:
+        """Wake every connection (server shutdown: they see it and end)."""
+        for watch in self._watches.values():
+            for wake in watch.followers:
+                wake.set()
 
     def latest(self, topic: str) -> Head | None:
         watch = self._watches.get(topic)
@@ -204,7 +212,7 @@ class EventStream:
                 )
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, timeout)):
-                        await _first_of(wake, self.shutdown)
+                        await wake.wait()  # shutdown sets it too (FlagHub.wake_all)
 
     # --- events ---------------------------------------------------------------------------
     async def _state_at(self, state: _Namespace, head: Head) -> tuple[TreeIndex, Closure]:
@@ -280,6 +288,22 @@ class EventStream:
                 reason=ResyncReason.VERSION_TOO_OLD,
                 snapshot_url=self._snapshot(state, version, closure).url,
             )
+        # Connections in the same state with the same subscription get the same inline event
+        # (it holds nothing per connection): one publish computes it once, not once each.
+        key = (
+            sub.label,
+            sub.selection.canonical(),
+            state.version,
+            state.index.tree_hash,
+            version,
+            index.tree_hash,
+        )
+        if prior_retained:
+            shared = self.hub.inline_events.get(key)
+            if shared is not None:
+                self._mark(state, head, index, closure, sent=True)
+                state.inline_sent = True
+                return shared
         changes: list[FileChange] | None = None
         if prior_retained:
             changes = await self._changes(state, index, closure)
@@ -296,6 +320,7 @@ class EventStream:
         self._mark(state, head, index, closure, sent=event is not None)
         if event is not None and event.delivery == "inline":
             state.inline_sent = True
+            self.hub.inline_events.put(key, event, len(event.data) + 200)
         return event
 
     async def _changes(
@@ -326,12 +351,3 @@ class EventStream:
             )
             for path, op in ops
         ]
-
-
-async def _first_of(*events: asyncio.Event) -> None:
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()

@@ -10,9 +10,9 @@ The tree of a version lives in S3, content-addressed under `flags/<tenant>/<slug
 - `trees/<tree hex>.json`: the per-version files index (`manifest_version_files`): every
   path with its sha256 and size, and each file's segment references, which is all a closure
   or a closure hash needs (no file is parsed again after publish);
-- `closures/<closure hex>.tar.gz`: closure tarballs; the `*` one (the whole tree) is built at
-  publish, and is also where a cold reader takes many files from in one read; narrower ones
-  are built on first request.
+- `closures/<closure hex>.tar.gz`: closure tarballs; the `*` one (the whole tree) is written
+  right after a publish commits, and is also where a cold reader takes many files from in
+  one read; narrower ones are built on first request.
 
 The tree hash is the closure hash of the whole tree (which is the `*` closure: lint allows
 only namespace.toml, flags and segments). Everything is written before the commit that
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -48,6 +49,8 @@ from headwater.flags.closure import FlagSelection, closure_hash_of_digests, clos
 from headwater.flags.lint import Model
 from headwater.flags.tarball import Snapshot, build_snapshot, read_snapshot, tar_size
 from headwater.storage.ports import Head
+
+log = logging.getLogger(__name__)
 
 TOPIC_PREFIX = "~flags/"
 HASH_PREFIX = "sha256:"
@@ -200,6 +203,7 @@ class ManifestStore:
         self._versions: Lru[tuple[str, int, int], VersionInfo] = Lru(4 << 20)
         self._known_blobs: Lru[str, bool] = Lru(1 << 20)
         self._inflight: dict[str, asyncio.Future[Any]] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     # --- heads ----------------------------------------------------------------------------
     async def head(self, tenant: str, slug: str, *, consistent: bool = True) -> Head | None:
@@ -213,25 +217,27 @@ class ManifestStore:
     async def publish(
         self, tenant: str, slug: str, tree: Mapping[str, bytes], model: Model
     ) -> PublishResult:
-        """Commit a linted tree: a new version, or the current one when the tree is identical."""
+        """Commit a linted tree: a new version, or the current one when the tree is identical.
+
+        The head this process already knows (its own last commit) saves a read: it only
+        decides which files need uploading, and the commit's guard re-checks the real head
+        (an identical tree settles to the current version whatever the hint said)."""
         index = TreeIndex.build(tree, model)
-        head = await self.head(tenant, slug)
-        if head is not None and head.ext == index.tree_hash:
+        topic = topic_of(tenant, slug)
+        hint = self.engine.head_hint(topic)
+        head = hint if hint is not None and not hint.deleted else await self.head(tenant, slug)
+        if hint is None and head is not None and head.ext == index.tree_hash:
+            # read just now, strongly: the tree is the current one, nothing to write
             return PublishResult(head.head_seq, _prev(head.head_seq), index.tree_hash, False)
-        current = await self.index(tenant, slug, head.ext) if head is not None else None
-        await self._put_files(tenant, slug, tree, current)
-        # The `*` closure is the whole tree: its tarball is built now, from bytes at hand,
-        # so a cold `*` snapshot is one GET, and a cold narrow closure or a full read takes
-        # its files from that one object instead of one GET per file.
-        snap = build_snapshot(tree)
+        current = None
+        if head is not None and head.ext:
+            current = await self.index(tenant, slug, head.ext)
+        index_key = _prefix(tenant, slug) + f"trees/{_hex(index.tree_hash)}.json"
         await asyncio.gather(
-            self.engine.put_blob(
-                _prefix(tenant, slug) + f"trees/{_hex(index.tree_hash)}.json", index.to_json()
-            ),
-            self.engine.put_blob(self._tarball_key(tenant, slug, index.tree_hash), snap.body),
+            self._put_files(tenant, slug, tree, current),
+            self.engine.put_blob(index_key, index.to_json()),
         )
         self._indexes.put(index.tree_hash, index, index.cost())
-        self._tarballs.put(index.tree_hash, snap, len(snap.body) + 100)
 
         def guard(_head: Head, ext: str, head_seq: int) -> Admit | Settle:
             if ext == index.tree_hash:
@@ -239,13 +245,45 @@ class ManifestStore:
             return Admit(ext=index.tree_hash, note=head_seq)
 
         record = _version_record(index)
-        res = await self.engine.append(
-            topic_of(tenant, slug), AppendRequest([record], create=True, guard=guard)
-        )
+        res = await self.engine.append(topic, AppendRequest([record], create=True, guard=guard))
+        self._write_tree_tarball(tenant, slug, index.tree_hash, tree)
         before = int(res.note)
         if res.first_seq > res.last_seq or res.deduped or res.last_seq <= before:
             return PublishResult(before, _prev(before), index.tree_hash, False)
         return PublishResult(res.last_seq, before or None, index.tree_hash, True)
+
+    def _write_tree_tarball(
+        self, tenant: str, slug: str, tree_hash: str, tree: Mapping[str, bytes]
+    ) -> None:
+        """The `*` closure is the whole tree: its tarball is built from the bytes at hand and
+        stored after the commit, off the publish's path, so a cold `*` snapshot is one read
+        and a cold reader of many files takes them from it in one read. Best effort: until
+        it exists (or if it never gets written, e.g. a frozen Lambda) readers build it or
+        read files one by one."""
+        if self._tarballs.get(tree_hash) is not None:
+            return
+        files = dict(tree)
+
+        async def write() -> None:
+            loop = asyncio.get_running_loop()
+            snap = await loop.run_in_executor(None, build_snapshot, files)
+            await self.engine.put_blob(self._tarball_key(tenant, slug, tree_hash), snap.body)
+            self._tarballs.put(tree_hash, snap, len(snap.body) + 100)
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._background.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._background.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("tree tarball of %s/%s not stored: %r", tenant, slug, t.exception())
+
+        task.add_done_callback(done)
+
+    async def settle(self) -> None:
+        """Wait for the background writes started so far (tests, benchmarks, shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def _put_files(
         self, tenant: str, slug: str, tree: Mapping[str, bytes], current: TreeIndex | None
@@ -320,6 +358,9 @@ class ManifestStore:
             key = self._tarball_key(tenant, slug, tree_hash)
             await self._once(key, lambda: self._load_tarball(key))
             missing = self._cached(missing, out)
+
+        if not missing:
+            return out
 
         async def fetch(d: bytes) -> None:
             key = _prefix(tenant, slug) + f"files/{d.hex()}"

@@ -717,3 +717,25 @@ def test_server_shutdown_ends_open_streams_at_once(make_client: MakeClient) -> N
         rest = list(sse._lines)
         assert time.monotonic() - started < 10
         assert not any(line.startswith(":") for line in rest), rest
+
+
+def test_connections_in_one_state_share_events_and_others_get_their_own(fc: TestClient) -> None:
+    # GIVEN two narrow connections and one wildcard connection, all at version 1
+    publish_ok(fc, "billing", V1)
+    with (
+        events(fc, "ns=billing:checkout") as narrow1,
+        events(fc, "ns=billing:checkout") as narrow2,
+        events(fc, "ns=billing:*") as wide,
+    ):
+        for sse in (narrow1, narrow2, wide):
+            sse.event()
+        # WHEN one publish changes a file every one of them holds
+        v2 = {**V1, "segments/staff.toml": "s = 2\n"}
+        publish_ok(fc, "billing", v2)
+        a, b, w = narrow1.event(), narrow2.event(), wide.event()
+        # THEN the narrow ones get the same event, the wildcard its own, each its closure's
+        assert a.data == b.data and a.data["delivery"] == "inline"
+        assert a.data["closure_hash"] == closure_hash(closure_files(enc(v2), "checkout"))
+        assert w.data["closure_hash"] == closure_hash(enc(v2))
+        assert w.data["prev_closure_hash"] == closure_hash(enc(V1))
+        assert a.data["prev_closure_hash"] == closure_hash(closure_files(enc(V1), "checkout"))

@@ -108,3 +108,34 @@ def test_a_cold_reader_of_a_few_files_reads_just_those(engine: LogEngine) -> Non
         assert calls["GetObject"] == 3 and len(got) == 3
 
     asyncio.run(run())
+
+
+def test_a_stale_head_hint_never_misreports_a_publish(settings: Settings) -> None:
+    # Two engines over the same tables stand in for two processes; each knows only its own
+    # last commit, so A's hint is stale once B has published.
+    a = ManifestStore(counting_engine(settings, Counter()))
+    b = ManifestStore(counting_engine(settings, Counter()))
+
+    async def run() -> None:
+        t1, t2, t3 = tree_of(2, "one"), tree_of(2, "two"), tree_of(2, "three")
+        first = await a.publish("acme", "stale", t1, check(t1))
+        second = await b.publish("acme", "stale", t2, check(t2))
+        assert (first.version, second.version) == (1, 2)
+        # A (hint: version 1) publishes B's tree: identical to the current one, nothing new
+        same = await a.publish("acme", "stale", t2, check(t2))
+        assert (same.version, same.created) == (2, False)
+        # A publishes its own old tree again: a new version on top of B's, not a settle
+        back = await a.publish("acme", "stale", t1, check(t1))
+        assert (back.version, back.prev_version, back.created) == (3, 2, True)
+        # and B, whose hint is now stale, publishes something new: version 4
+        new = await b.publish("acme", "stale", t3, check(t3))
+        assert (new.version, new.prev_version, new.created) == (4, 3, True)
+        head = await a.head("acme", "stale")
+        assert head is not None
+        listed = [(v.version, v.tree_hash) for v in await a.versions(head)]
+        hashes = [
+            (await a.publish("acme", "x", t, check(t))).closure_hash for t in (t1, t2, t1, t3)
+        ]
+        assert listed == list(zip([1, 2, 3, 4], hashes, strict=True))
+
+    asyncio.run(run())

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.bench_v0 import RESULTS, BenchServer, Emulators
+from bench.bench_v0 import RESULTS, BenchServer, Emulators, read_body, sse_stream
 from bench.harness import (
     RemoteCallCounter,
     RunResult,
@@ -182,29 +182,6 @@ def _split(base_url: str) -> tuple[str, int, str]:
     return host, int(port or 80), hostport
 
 
-async def _read_body(r: asyncio.StreamReader, head: bytes) -> bytes:
-    length = -1
-    chunked = False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            length = int(value)
-        elif name == b"transfer-encoding" and b"chunked" in value.lower():
-            chunked = True
-    if chunked:
-        parts = []
-        while True:
-            size = int((await r.readuntil(b"\r\n")).split(b";")[0], 16)
-            data = await r.readexactly(size + 2)
-            if size == 0:
-                return b"".join(parts)
-            parts.append(data[:-2])
-    if length < 0:
-        raise RuntimeError("response without Content-Length")
-    return await r.readexactly(length)
-
-
 class Http:
     """One keep-alive HTTP/1.1 connection with the bearer; `stamp` (a one-element list)
     receives monotonic_ns taken just before the request is written."""
@@ -229,7 +206,7 @@ class Http:
         self._w.writelines([head, body])
         await self._w.drain()
         raw = await self._r.readuntil(b"\r\n\r\n")
-        return int(raw[9:12]), await _read_body(self._r, raw)
+        return int(raw[9:12]), await read_body(self._r, raw)
 
     async def close(self) -> None:
         if self._w is not None:
@@ -240,39 +217,13 @@ class Http:
 
 async def sse_get(base_url: str, path: str) -> AsyncIterator[tuple[list[bytes], int]]:
     """GET an SSE stream; yield (complete frames, arrival monotonic ns) as chunks arrive."""
-    host, port, hostport = _split(base_url)
-    r, w = await asyncio.open_connection(host, port, limit=1 << 22)
-    try:
-        w.write(
-            f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: {AUTH}\r\n"
-            "Accept: text/event-stream\r\n\r\n".encode()
-        )
-        await w.drain()
-        head = await r.readuntil(b"\r\n\r\n")
-        if head[9:12] != b"200":
-            rest = await asyncio.wait_for(r.read(2000), 5)
-            raise RuntimeError(f"GET {path}: {head[:12]!r} {rest[:300]!r}")
-        chunked = b"transfer-encoding: chunked" in head.lower()
-        buf = b""
-        while True:
-            if chunked:
-                size = int((await r.readuntil(b"\r\n")).split(b";")[0], 16)
-                if size == 0:
-                    return
-                data = (await r.readexactly(size + 2))[:-2]
-            else:
-                data = await r.read(1 << 16)
-                if not data:
-                    return
-            now = time.monotonic_ns()
-            buf += data
-            *frames, buf = buf.split(b"\n\n")
-            if frames:
-                yield frames, now
-    finally:
-        w.close()
-        with contextlib.suppress(Exception):
-            await w.wait_closed()
+    _, _, hostport = _split(base_url)
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: {AUTH}\r\n"
+        "Accept: text/event-stream\r\n\r\n".encode()
+    )
+    async for item in sse_stream(base_url, request):
+        yield item
 
 
 def event_of(frame: bytes) -> tuple[bytes, bytes]:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.bench_v0 import REPO, RESULTS, BenchServer, Emulators, RawHttp
+from bench.bench_v0 import REPO, RESULTS, BenchServer, Emulators, RawHttp, sse_stream
 from bench.harness import (
     RemoteCallCounter,
     RunResult,
@@ -102,40 +102,13 @@ def square(rng: random.Random) -> list[tuple[float, float]]:
 async def sse_post(base_url: str, path: str, body: bytes) -> AsyncIterator[tuple[list[bytes], int]]:
     """POST `body`, then yield (complete SSE frames, arrival monotonic ns) as chunks arrive."""
     hostport = base_url.split("://", 1)[1]
-    host, _, port = hostport.partition(":")
-    r, w = await asyncio.open_connection(host, int(port), limit=1 << 22)
-    try:
-        w.write(
-            f"POST {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
-            f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-        await w.drain()
-        head = await r.readuntil(b"\r\n\r\n")
-        if head[9:12] != b"200":
-            rest = await asyncio.wait_for(r.read(2000), 5)
-            raise RuntimeError(f"POST {path}: {head[:12]!r} {rest[:300]!r}")
-        chunked = b"transfer-encoding: chunked" in head.lower()
-        buf = b""
-        while True:
-            if chunked:
-                size = int((await r.readuntil(b"\r\n")).split(b";")[0], 16)
-                if size == 0:
-                    return
-                data = (await r.readexactly(size + 2))[:-2]
-            else:
-                data = await r.read(1 << 16)
-                if not data:
-                    return
-            now = time.monotonic_ns()
-            buf += data
-            *frames, buf = buf.split(b"\n\n")
-            if frames:
-                yield frames, now
-    finally:
-        w.close()
-        with contextlib.suppress(Exception):
-            await w.wait_closed()
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    async for item in sse_stream(base_url, request):
+        yield item
 
 
 def frame_parts(frame: bytes) -> tuple[bytes, bytes]:

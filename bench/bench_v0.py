@@ -36,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,67 @@ def _num(body: bytes, name: bytes) -> float | None:
 
 
 # --- load generator (runs in spawned client processes) ------------------------------------
+async def read_body(r: asyncio.StreamReader, head: bytes) -> bytes:
+    """The body after response `head`: Content-Length or chunked."""
+    length = -1
+    chunked = False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"transfer-encoding" and b"chunked" in value.lower():
+            chunked = True
+    if chunked:
+        parts = []
+        while True:
+            size = int((await r.readuntil(b"\r\n")).split(b";")[0], 16)
+            data = await r.readexactly(size + 2)
+            if size == 0:
+                return b"".join(parts)
+            parts.append(data[:-2])
+    if length < 0:
+        raise RuntimeError("response without Content-Length")
+    return await r.readexactly(length)
+
+
+async def sse_stream(base_url: str, request: bytes) -> AsyncIterator[tuple[list[bytes], int]]:
+    """Send one prebuilt HTTP/1.1 request for an SSE stream on a fresh connection; yield
+    (complete frames, arrival monotonic ns) as chunks arrive, until the stream ends."""
+    hostport = base_url.split("://", 1)[1].rstrip("/")
+    host, _, port = hostport.partition(":")
+    r, w = await asyncio.open_connection(host, int(port or 80), limit=1 << 22)
+    try:
+        w.write(request)
+        await w.drain()
+        head = await r.readuntil(b"\r\n\r\n")
+        if head[9:12] != b"200":
+            rest = await asyncio.wait_for(r.read(2000), 5)
+            line = request.split(b"\r\n", 1)[0].decode()
+            raise RuntimeError(f"{line}: {head[:12]!r} {rest[:300]!r}")
+        chunked = b"transfer-encoding: chunked" in head.lower()
+        buf = b""
+        while True:
+            if chunked:
+                size = int((await r.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    return
+                data = (await r.readexactly(size + 2))[:-2]
+            else:
+                data = await r.read(1 << 16)
+                if not data:
+                    return
+            now = time.monotonic_ns()
+            buf += data
+            *frames, buf = buf.split(b"\n\n")
+            if frames:
+                yield frames, now
+    finally:
+        w.close()
+        with contextlib.suppress(Exception):
+            await w.wait_closed()
+
+
 class RawHttp:
     """A minimal HTTP/1.1 keep-alive client on one asyncio connection: a prebuilt request
     per call, Content-Length or chunked responses. ~20x less CPU per request than httpx,
@@ -109,28 +170,7 @@ class RawHttp:
         self._w.writelines([head, body])
         await self._w.drain()
         raw = await self._r.readuntil(b"\r\n\r\n")
-        status = int(raw[9:12])
-        length = -1
-        chunked = False
-        for line in raw.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        if chunked:
-            parts = []
-            while True:
-                size = int((await self._r.readuntil(b"\r\n")).split(b";")[0], 16)
-                data = await self._r.readexactly(size + 2)
-                if size == 0:
-                    break
-                parts.append(data[:-2])
-            return status, b"".join(parts)
-        if length < 0:
-            raise RuntimeError("response without Content-Length")
-        return status, await self._r.readexactly(length)
+        return int(raw[9:12]), await read_body(self._r, raw)
 
     async def close(self) -> None:
         if self._w is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -102,3 +104,13 @@ def start_servers(cluster: Cluster, tmp_path: object) -> Callable[..., list[Serv
         return [cluster.start_server(str(tmp_path), **env) for _ in range(n)]
 
     return start
+
+
+def sse_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(event, data JSON) of each data-bearing SSE frame of a streamed httpx response."""
+    event = ""
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, json.loads(line[6:])

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, sse_events
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -72,15 +72,6 @@ def tree_of(writer: int, n: int) -> dict[str, str]:
     }
 
 
-def sse(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
-    event = ""
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            yield event, json.loads(line[6:])
-
-
 def test_concurrent_publishes_through_two_processes_give_one_gapless_history(
     start_servers: Callable[..., list[ServerProcess]],
 ) -> None:
@@ -101,7 +92,7 @@ def test_concurrent_publishes_through_two_processes_give_one_gapless_history(
                 client.stream("GET", "/api/v1/events", params={"ns": "billing:*"}) as r,
             ):
                 assert r.status_code == 200, r.read()
-                for event, body in sse(r):
+                for event, body in sse_events(r):
                     followed.append({"event": event, **body})
                     ready.set()
                     if body.get("version") == total:
@@ -184,7 +175,7 @@ def test_snapshot_urls_and_the_connection_cap_hold_across_processes(
             )
             assert resp.status_code == 200, resp.read()
             # keep the reader: dropping a half-read line iterator closes the connection
-            events = sse(resp)
+            events = sse_events(resp)
             held.append(events)
             return next(events)[1]
 
@@ -216,7 +207,7 @@ def test_snapshot_urls_and_the_connection_cap_hold_across_processes(
             ) as resp,
         ):
             if resp.status_code == 200:
-                events = sse(resp)
+                events = sse_events(resp)
                 assert next(events)[1]["version"] == 1
                 break
         assert time.monotonic() < deadline, "slots were not released"

@@ -6,7 +6,6 @@ through the other process and a replay from the middle agree on one order."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, sse_events
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -22,15 +21,6 @@ WRITERS = 6
 PER_WRITER = 25
 TOTAL = WRITERS * PER_WRITER
 EVENT_TYPE = "extreme"  # the example schema: watch fields all optional
-
-
-def sse_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
-    event = ""
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            yield event, json.loads(line[6:])
 
 
 def notification_ids(events: Iterator[tuple[str, dict[str, Any]]], kind: str, n: int) -> list:

@@ -54,20 +54,9 @@ log = logging.getLogger(__name__)
 
 
 def load_api_keys(settings: Settings, parameter_name: str | None) -> str:
-    """TOPICS_API_KEYS wins; on Lambda the keys come from SSM / Secrets Manager by name."""
-    if settings.api_keys_raw or not parameter_name:
-        return settings.api_keys_raw
-    from aws_lambda_powertools.utilities import parameters
-
-    if parameter_name.startswith("secret:"):
-        value = parameters.get_secret(parameter_name.removeprefix("secret:"), max_age=300)
-    else:
-        value = parameters.get_parameter(parameter_name, decrypt=True, max_age=300)
-    keys = str(value or "").strip()
-    if not keys:
-        # A deployment that names a keys parameter never silently serves without auth.
-        raise ConfigurationError(f"API keys parameter {parameter_name!r} is empty")
-    return keys
+    """TOPICS_API_KEYS wins; on Lambda the keys come from SSM / Secrets Manager by name (a
+    deployment that names a keys parameter never silently serves without auth)."""
+    return load_secret(settings.api_keys_raw, parameter_name, "API keys")
 
 
 @dataclass(slots=True)

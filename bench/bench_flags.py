@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.bench_v0 import RESULTS, BenchServer, Emulators, read_body, sse_stream
+from bench.bench_v0 import RESULTS, BenchServer, Emulators, RawHttp, sse_stream
 from bench.harness import (
     RemoteCallCounter,
     RunResult,
@@ -182,37 +182,9 @@ def _split(base_url: str) -> tuple[str, int, str]:
     return host, int(port or 80), hostport
 
 
-class Http:
-    """One keep-alive HTTP/1.1 connection with the bearer; `stamp` (a one-element list)
-    receives monotonic_ns taken just before the request is written."""
-
-    def __init__(self, base_url: str) -> None:
-        self.host, self.port, self.hostport = _split(base_url)
-        self._r: asyncio.StreamReader | None = None
-        self._w: asyncio.StreamWriter | None = None
-
-    async def request(
-        self, method: str, path: str, body: bytes = b"", stamp: list[int] | None = None
-    ) -> tuple[int, bytes]:
-        if self._w is None:
-            self._r, self._w = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
-        assert self._r is not None
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.hostport}\r\nAuthorization: {AUTH}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        if stamp is not None:
-            stamp.append(time.monotonic_ns())
-        self._w.writelines([head, body])
-        await self._w.drain()
-        raw = await self._r.readuntil(b"\r\n\r\n")
-        return int(raw[9:12]), await read_body(self._r, raw)
-
-    async def close(self) -> None:
-        if self._w is not None:
-            self._w.close()
-            with contextlib.suppress(Exception):
-                await self._w.wait_closed()
+def authed_http(base_url: str) -> RawHttp:
+    """A keep-alive RawHttp carrying the bearer (large limit: closure tarballs)."""
+    return RawHttp(base_url, headers=f"Authorization: {AUTH}\r\n", limit=1 << 24)
 
 
 async def sse_get(base_url: str, path: str) -> AsyncIterator[tuple[list[bytes], int]]:
@@ -238,7 +210,7 @@ def event_of(frame: bytes) -> tuple[bytes, bytes]:
 
 
 async def publish(
-    http: Http, slug: str, files: dict[str, str], stamp: list[int] | None = None
+    http: RawHttp, slug: str, files: dict[str, str], stamp: list[int] | None = None
 ) -> dict[str, Any]:
     body = json.dumps({"files": files}).encode()
     status, resp = await http.request(
@@ -308,7 +280,7 @@ async def _latency(
     facts: list[dict[str, Any]],
     counter: StashingCounter,
 ) -> RunResult:
-    http = Http(base_url)
+    http = authed_http(base_url)
     revision = 1000 * len(facts)  # every run publishes new content
     narrow = ",".join(HOT)
     conns = [_Conn("*" if k % 2 == 0 else narrow) for k in range(p.connections)]
@@ -477,17 +449,22 @@ class Big:
         files["namespace.toml"] = namespace_toml(self.slug, f"run-{self.marker}")
 
         async def go() -> int:
-            http = Http(self.publisher)
+            http = authed_http(self.publisher)
             try:
                 doc = await publish(http, self.slug, files)
+                version = int(doc["version"])
+                # The tree tarball is written in the background after the commit; asking
+                # the publisher for the `*` closure waits for (or makes) the stored copy, so
+                # every cold run starts from the same state.
+                await _get_closure(http, closure_path(self.slug, version, "*"))
             finally:
                 await http.close()
-            return int(doc["version"])
+            return version
 
         return asyncio.run(go())
 
 
-async def _get_closure(http: Http, path: str) -> tuple[float, int]:
+async def _get_closure(http: RawHttp, path: str) -> tuple[float, int]:
     t = time.perf_counter()
     status, body = await http.request("GET", path)
     ms = (time.perf_counter() - t) * 1000
@@ -507,7 +484,7 @@ def cold_runner(
         holder["pids"]["server"] = server.pid
 
         async def go() -> RunResult:
-            http = Http(server.url)
+            http = authed_http(server.url)
             try:
                 # warm the process's connections and code paths on another namespace
                 await _get_closure(http, closure_path(big.warm_slug, big.warm_version, "*"))
@@ -533,7 +510,7 @@ def warm_runner(
         path = closure_path(big.slug, version, "*")
 
         async def go() -> RunResult:
-            http = Http(base_url)
+            http = authed_http(base_url)
             try:
                 await _get_closure(http, path)  # builds and memoizes it (not timed)
                 begin()
@@ -708,7 +685,7 @@ def measure_latency(server: BenchServer, p: Params, pids: dict[str, int]) -> dic
 
 
 async def _publish_once(base_url: str, slug: str, tree: dict[str, str]) -> dict[str, Any]:
-    http = Http(base_url)
+    http = authed_http(base_url)
     try:
         return await publish(http, slug, tree)
     finally:

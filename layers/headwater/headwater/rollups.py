@@ -21,6 +21,10 @@ class TopicEntry:
     through_seq: int
     records: int
     keys: dict[str, str]  # granularity -> object key
+    # The history the rollup was computed from (catalogue mode): epoch, del_ver,
+    # earliest_seq, evict_floor. None in listing mode.
+    state: dict[str, int] | None = None
+    sentiment: str | None = None  # key of the dashboard's sentiment rollup, if computed
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,8 @@ def _manifest(raw: bytes) -> Manifest:
             through_seq=int(t["through_seq"]),
             records=int(t.get("records", 0)),
             keys={g: str(t[g]) for g in GRANULARITY_MS if g in t},
+            state={k: int(v) for k, v in t["state"].items()} if t.get("state") else None,
+            sentiment=str(t["sentiment"]) if t.get("sentiment") else None,
         )
         for name, t in doc.get("topics", {}).items()
     }

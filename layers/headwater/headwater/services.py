@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from headwater.dashboard.service import DashboardService
 from headwater.durable.service import DurableStreams
 from headwater.engine.log import LogEngine, wall_ms
 from headwater.engine.queue import QueueEngine
@@ -41,6 +42,7 @@ from headwater.settings import (
 )
 from headwater.storage.blobs import S3BlobStore, read_object
 from headwater.storage.clients import AwsClients
+from headwater.storage.dashboard_configs import DynamoConfigStore
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 from headwater.storage.flag_slots import DynamoFlagSlots
 from headwater.storage.leases import DynamoLeaseStore
@@ -178,9 +180,17 @@ class Services:
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
     streams: DurableStreams = field(init=False)
+    dashboard: DashboardService = field(init=False)
 
     def __post_init__(self) -> None:
         self.streams = DurableStreams(self.engine, self.engine.clock)
+        self.dashboard = DashboardService(
+            self.engine,
+            self.settings.dashboard,
+            DynamoConfigStore(self.clients.dynamodb, self.settings),
+            self.engine.clock,
+            self.uptime_ms,
+        )
 
     @classmethod
     def build(
@@ -221,6 +231,7 @@ class Services:
         self.notifications.shutdown.set()
         self.flags.shutdown.set()
         self.flags.hub.wake_all()
+        self.dashboard.begin_shutdown()
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)

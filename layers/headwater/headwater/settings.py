@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from headwater.errors import ConfigurationError
+from headwater.names import is_valid_topic_name
 
 # --- env var names (the only place they are spelled) ---
 ENV_HOST = "TOPICS_HOST"
@@ -73,6 +74,18 @@ ENV_FLAGS_RETAIN_VERSIONS = "HEADWATER_FLAGS_RETAIN_VERSIONS"
 ENV_FLAGS_RETAIN_SEC = "HEADWATER_FLAGS_RETAIN_SEC"
 ENV_FLAGS_INLINE_MAX_BYTES = "HEADWATER_FLAGS_INLINE_MAX_BYTES"
 ENV_FLAGS_CHURN_MAX_ENTRIES = "HEADWATER_FLAGS_CHURN_MAX_ENTRIES"
+# /api/v2 dashboard feed (docs/dashboard.md).
+ENV_DASHBOARD_TOPIC = "HEADWATER_DASHBOARD_TOPIC"
+ENV_DASHBOARD_MAX_CONNECTIONS = "HEADWATER_DASHBOARD_MAX_CONNECTIONS"
+ENV_DASHBOARD_HEARTBEAT_MS = "HEADWATER_DASHBOARD_HEARTBEAT_MS"
+ENV_DASHBOARD_METRICS_INTERVAL_MS = "HEADWATER_DASHBOARD_METRICS_INTERVAL_MS"
+ENV_DASHBOARD_METRICS_MIN_INTERVAL_MS = "HEADWATER_DASHBOARD_METRICS_MIN_INTERVAL_MS"
+ENV_DASHBOARD_POLL_MS = "HEADWATER_DASHBOARD_POLL_MS"
+ENV_DASHBOARD_CONFIG_POLL_MS = "HEADWATER_DASHBOARD_CONFIG_POLL_MS"
+ENV_DASHBOARD_BUFFER_EVENTS = "HEADWATER_DASHBOARD_BUFFER_EVENTS"
+ENV_DASHBOARD_MAX_CONNECTION_SEC = "HEADWATER_DASHBOARD_MAX_CONNECTION_SEC"
+ENV_DASHBOARD_MAX_CONFIGS_PER_USER = "HEADWATER_DASHBOARD_MAX_CONFIGS_PER_USER"
+ENV_DASHBOARD_ROLLUP_PREFIX = "HEADWATER_DASHBOARD_ROLLUP_PREFIX"
 # On Lambda: the function's timeout (template.yaml passes StreamTimeoutSeconds), which bounds
 # how long one watch may stay open. AWS_LAMBDA_FUNCTION_NAME is set by the Lambda runtime.
 ENV_LAMBDA_TIMEOUT_SEC = "HEADWATER_LAMBDA_TIMEOUT_SEC"
@@ -261,6 +274,51 @@ def _flags(env: Mapping[str, str]) -> FlagSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DashboardSettings:
+    """/api/v2: the sentiment topic, the per-instance stream cap, event intervals, how
+    often the feed and configuration edits are polled (5 s on Lambda, the contract's
+    clarification; locally the engine's poll interval, and appends in this process wake
+    streams at once), the Last-Event-ID resume buffer and the longest a stream stays open."""
+
+    topic: str = "sentiment"
+    max_connections: int = 100
+    heartbeat_ms: int = 30_000
+    metrics_interval_ms: int = 60_000
+    metrics_min_interval_ms: int = 1_000
+    poll_ms: int = 200
+    config_poll_ms: int = 1_000
+    buffer_events: int = 1_000
+    max_connection_sec: int = 3_600
+    max_configs_per_user: int = 50
+    rollup_prefix: str = "rollups/v1/"
+
+
+def _dashboard(env: Mapping[str, str], poll_interval_ms: int) -> DashboardSettings:
+    on_lambda = bool(env.get(ENV_LAMBDA_FUNCTION_NAME))
+    max_connection = _int(env, ENV_DASHBOARD_MAX_CONNECTION_SEC, 3_600, 1)
+    if on_lambda:
+        timeout = _int(env, ENV_LAMBDA_TIMEOUT_SEC, LAMBDA_MAX_TIMEOUT_SEC, 1)
+        max_connection = min(max_connection, lambda_stream_limit_sec(timeout))
+    poll = _int(env, ENV_DASHBOARD_POLL_MS, 5_000 if on_lambda else poll_interval_ms, 10)
+    topic = env.get(ENV_DASHBOARD_TOPIC, "").strip() or "sentiment"
+    if not is_valid_topic_name(topic):
+        raise ConfigurationError(f"{ENV_DASHBOARD_TOPIC} is not a valid topic name: {topic!r}")
+    return DashboardSettings(
+        topic=topic,
+        max_connections=_int(env, ENV_DASHBOARD_MAX_CONNECTIONS, 100, 0),
+        heartbeat_ms=_int(env, ENV_DASHBOARD_HEARTBEAT_MS, 30_000, 10),
+        metrics_interval_ms=_int(env, ENV_DASHBOARD_METRICS_INTERVAL_MS, 60_000, 10),
+        metrics_min_interval_ms=_int(env, ENV_DASHBOARD_METRICS_MIN_INTERVAL_MS, 1_000, 0),
+        poll_ms=poll,
+        config_poll_ms=_int(env, ENV_DASHBOARD_CONFIG_POLL_MS, max(poll, 1_000), 10),
+        buffer_events=_int(env, ENV_DASHBOARD_BUFFER_EVENTS, 1_000, 0),
+        max_connection_sec=max_connection,
+        max_configs_per_user=_int(env, ENV_DASHBOARD_MAX_CONFIGS_PER_USER, 50, 1),
+        rollup_prefix=env.get(ENV_DASHBOARD_ROLLUP_PREFIX, "").strip() or "rollups/v1/",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 4000
@@ -281,6 +339,7 @@ class Settings:
     caps: Caps = field(default_factory=Caps)
     notify: NotifySettings = field(default_factory=NotifySettings)
     flags: FlagSettings = field(default_factory=FlagSettings)
+    dashboard: DashboardSettings = field(default_factory=DashboardSettings)
 
     @property
     def bucket_name(self) -> str:
@@ -340,6 +399,7 @@ class Settings:
             caps=caps,
             notify=_notify(e),
             flags=_flags(e),
+            dashboard=_dashboard(e, _int(e, ENV_POLL_MS, 200, 10)),
             tiering=Tiering(
                 seal_records=_int(e, ENV_SEAL_RECORDS, 4096, 1),
                 seal_bytes=_int(e, ENV_SEAL_BYTES, 4 << 20, 1),

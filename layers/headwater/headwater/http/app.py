@@ -16,6 +16,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from headwater import __version__
 from headwater.flags.tokens import load_tokens
 from headwater.http import (
+    dashboard,
     errors,
     flags,
     notifications,
@@ -106,6 +107,7 @@ def create_app(
     app.include_router(v1.router)
     app.include_router(notifications.router)
     app.include_router(flags.router)
+    app.include_router(dashboard.router)
     app.add_middleware(InflightLimit)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipMiddleware, minimum_size=1024)

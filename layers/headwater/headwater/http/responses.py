@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headwater import jsoncodec
 from headwater.errors import HeadwaterError
-from headwater.http import aviso, flag_errors
+from headwater.http import aviso, dashboard_errors, flag_errors
 
 T0_KEY = "headwater.t0"
 
@@ -104,6 +104,8 @@ def error_response(request: Request, exc: HeadwaterError) -> Response:
         # handler is answered outside the middleware that normally sets it.
         headers[aviso.HEADER] = aviso.request_id(request)
         return aviso.error_response(request, exc, headers)
+    if dashboard_errors.is_api_v2(request.url.path):
+        return dashboard_errors.error_response(exc, headers)
     if request.url.path.startswith("/v1/"):
         # Durable Streams (protocol §11): exactly {"error": {"code", "message"}}.
         body = dumps({"error": {"code": exc.code, "message": exc.message}})

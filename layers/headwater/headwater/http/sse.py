@@ -129,6 +129,10 @@ class EventStreamResponse(Response):
         except HeadwaterError as exc:
             log.warning("stream ended by %s: %s", exc.code, exc.message)
             await self.queue.put(self.final_frame(exc.status, exc.message))
+        except Exception:
+            # A bug in a producer must end the stream, not leave it open and silent.
+            log.exception("stream producer failed")
+            await self.queue.put(self.final_frame(500, "internal error"))
         await self.queue.put(None)
 
     async def _watch_disconnect(self, receive: Receive) -> None:

@@ -131,7 +131,16 @@ SESSIONS = Table(
     purpose="watch sessions and WebSocket connections (issue: live delivery)",
 )
 
-TABLES: tuple[Table, ...] = (HEADS, LOG, INDEX, LEASES, SESSIONS)
+# Dashboard configurations (/api/v2): pk = "u#<user id>", sk = "c#<config id>", plus one
+# counter item per user (sk = "#count") that caps how many a user may hold.
+DASHBOARD = Table(
+    logical="dashboard",
+    hash_key=PK_S,
+    range_key=SK_S,
+    purpose="dashboard configurations per user (issue: dashboard feed)",
+)
+
+TABLES: tuple[Table, ...] = (HEADS, LOG, INDEX, LEASES, SESSIONS, DASHBOARD)
 
 BUCKET_LOGICAL_ID = "DataBucket"
 # S3 key prefixes inside the one bucket.

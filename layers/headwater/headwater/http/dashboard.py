@@ -1,0 +1,242 @@
+"""/api/v2: the dashboard feed (spec: dashboard-sse-contract.txt; docs/dashboard.md).
+
+Streams: GET /api/v2/stream (public metrics), GET /api/v2/configurations/{id}/stream
+(X-User-ID), GET /api/v2/stream/status. REST: POST /api/v2/sentiment (ingest, API-key
+`write` scope on the topic when auth is on), GET /api/v2/metrics, and the configurations
+CRUD scoped by X-User-ID. Every error is `{"detail": ...}` (the contract's shape)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from headwater import jsoncodec
+from headwater.dashboard.ids import parse_event_id
+from headwater.dashboard.items import ItemError, check_item
+from headwater.dashboard.service import (
+    DashboardError,
+    DashboardService,
+    check_user_id,
+    config_json,
+    parse_config_body,
+)
+from headwater.dashboard.streams import config_stream, metrics_stream
+from headwater.engine.records import NewRecord, encoded_size
+from headwater.engine.values import AppendRequest
+from headwater.errors import HeadwaterError
+from headwater.http.bodies import read_json
+from headwater.http.dashboard_errors import PREFIX
+from headwater.http.limits import Slot
+from headwater.http.sse import EventStreamResponse
+from headwater.http.v0 import authorize, services
+
+router = APIRouter()
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
+RETRY_AFTER_S = 30
+READY_TIMEOUT_S = 10.0
+MAX_REPORTED_ERRORS = 100
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(jsoncodec.dumps(body), status, media_type="application/json")
+
+
+def dashboard(request: Request) -> DashboardService:
+    return services(request).dashboard
+
+
+def _user(request: Request, *, query_fallback: bool = False) -> str:
+    raw = request.headers.get("x-user-id")
+    if raw is None and query_fallback:
+        # EventSource cannot send headers: the stream also takes ?user_id= (docs).
+        raw = request.query_params.get("user_id")
+    return check_user_id(raw)
+
+
+# --- ingest ------------------------------------------------------------------------------
+@router.post(PREFIX + "/sentiment")
+async def ingest(request: Request) -> Response:
+    svc = services(request)
+    dash = svc.dashboard
+    topic = dash.settings.topic
+    authorize(request, svc, "write", name=topic)
+    limits = svc.settings.limits
+    body = await read_json(request, limits.max_body_bytes)
+    raw_items = body.get("items") if isinstance(body, dict) and "items" in body else body
+    batch = raw_items if isinstance(raw_items, list) else [raw_items]
+    if not batch:
+        raise DashboardError(400, "no items given")
+    if len(batch) > limits.max_batch_records:
+        raise DashboardError(
+            400, f"at most {limits.max_batch_records} items per request", {"count": len(batch)}
+        )
+    now = dash.clock()
+    records: list[NewRecord] = []
+    errors: list[dict[str, Any]] = []
+    for i, raw in enumerate(batch):
+        try:
+            item = check_item(raw, now)
+        except ItemError as exc:
+            if len(errors) < MAX_REPORTED_ERRORS:
+                errors.append({"index": i, "field": exc.field, "message": exc.message})
+            continue
+        data = item.as_json()
+        data_raw = jsoncodec.dumps(data)
+        size = encoded_size(data_raw, None, item.ticker, None)
+        records.append(NewRecord(data, None, item.ticker, None, size, data_raw, None))
+    if errors:
+        # All or nothing: a batch with any bad item writes none.
+        raise DashboardError(400, "invalid sentiment item", {"errors": errors})
+    req = AppendRequest(records, idempotency_key=request.headers.get("idempotency-key"))
+    result = await svc.engine.append(topic, req)
+    return _json(
+        {
+            "topic": topic,
+            "accepted": len(records),
+            "first_seq": result.first_seq,
+            "last_seq": result.last_seq,
+            "deduped": result.deduped,
+        },
+        201 if not result.deduped else 200,
+    )
+
+
+@router.get(PREFIX + "/metrics")
+async def metrics(request: Request) -> Response:
+    """The metrics event's data, now (REST; the stream pushes the same)."""
+    dash = dashboard(request)
+    await dash.feed.sync()
+    return Response(dash.feed.metrics(), media_type="application/json")
+
+
+# --- configurations ----------------------------------------------------------------------
+@router.post(PREFIX + "/configurations")
+async def create_config(request: Request) -> Response:
+    dash = dashboard(request)
+    user = _user(request)
+    body = await read_json(request, 64 * 1024)
+    name, tickers = parse_config_body(body, partial=False)
+    assert name is not None and tickers is not None
+    cfg = await dash.create_config(user, name, tickers)
+    return _json(config_json(cfg), 201)
+
+
+@router.get(PREFIX + "/configurations")
+async def list_configs(request: Request) -> Response:
+    dash = dashboard(request)
+    user = _user(request)
+    configs = await dash.list_configs(user)
+    return _json({"configurations": [config_json(c) for c in configs], "count": len(configs)})
+
+
+@router.get(PREFIX + "/configurations/{config_id}")
+async def get_config(config_id: str, request: Request) -> Response:
+    dash = dashboard(request)
+    user = _user(request)
+    return _json(config_json(await dash.get_config(user, config_id)))
+
+
+@router.put(PREFIX + "/configurations/{config_id}")
+async def put_config(config_id: str, request: Request) -> Response:
+    dash = dashboard(request)
+    user = _user(request)
+    body = await read_json(request, 64 * 1024)
+    name, tickers = parse_config_body(body, partial=True)
+    return _json(config_json(await dash.update_config(user, config_id, name, tickers)))
+
+
+@router.delete(PREFIX + "/configurations/{config_id}")
+async def delete_config(config_id: str, request: Request) -> Response:
+    dash = dashboard(request)
+    user = _user(request)
+    await dash.delete_config(user, config_id)
+    return Response(status_code=204)
+
+
+# --- streams -----------------------------------------------------------------------------
+def _take_slot(dash: DashboardService, wake: asyncio.Event) -> Slot:
+    """A stream slot that also stops following the feed when released (every exit path:
+    the response releases it, or the route when it fails before responding)."""
+    if dash.shutdown.is_set():
+        raise DashboardError(
+            503,
+            "Server is shutting down. Try again later.",
+            {"retry_after": RETRY_AFTER_S},
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    if not dash.connections.take():
+        raise DashboardError(
+            503,
+            "Connection limit reached. Try again later.",
+            {"max_connections": dash.connections.maximum, "retry_after": RETRY_AFTER_S},
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    following = dash.feed.follow(wake)
+    following.__enter__()
+
+    def free() -> None:
+        following.__exit__(None, None, None)
+        dash.connections.give_back()
+
+    return Slot(free)
+
+
+async def _ready(dash: DashboardService, slot: Slot) -> None:
+    try:
+        await dash.feed.ready(READY_TIMEOUT_S)
+    except BaseException as exc:
+        slot.release()
+        if isinstance(exc, HeadwaterError | TimeoutError):
+            raise DashboardError(
+                503,
+                "The feed is not available yet. Try again later.",
+                {"retry_after": 1},
+                headers={"Retry-After": "1"},
+            ) from exc
+        raise
+
+
+def _response(request: Request, frames: Any, slot: Slot) -> EventStreamResponse:
+    caps = services(request).settings.caps
+    return EventStreamResponse(
+        frames,
+        slot,
+        topics=[dashboard(request).settings.topic],
+        grace_ms=caps.buffer_grace_ms,
+        timeout_ms=caps.slow_consumer_timeout_ms,
+        headers=SSE_HEADERS,
+        content_type="text/event-stream",
+        pacing_advice=False,
+        final_frame=lambda _status, _message: b"",
+    )
+
+
+@router.get(PREFIX + "/stream")
+async def stream(request: Request) -> Response:
+    dash = dashboard(request)
+    wake = asyncio.Event()
+    slot = _take_slot(dash, wake)
+    await _ready(dash, slot)
+    return _response(request, metrics_stream(dash, wake), slot)
+
+
+@router.get(PREFIX + "/stream/status")
+async def stream_status(request: Request) -> Response:
+    return _json(dashboard(request).status())
+
+
+@router.get(PREFIX + "/configurations/{config_id}/stream")
+async def config_stream_route(config_id: str, request: Request) -> Response:
+    dash = dashboard(request)
+    user = _user(request, query_fallback=True)
+    cfg = await dash.get_config(user, config_id)
+    resume = parse_event_id(request.headers.get("last-event-id"), dash.feed.check)
+    wake = asyncio.Event()
+    slot = _take_slot(dash, wake)
+    await _ready(dash, slot)
+    return _response(request, config_stream(dash, wake, cfg, resume), slot)

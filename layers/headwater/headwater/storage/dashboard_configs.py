@@ -1,0 +1,215 @@
+"""Dashboard configurations (/api/v2/configurations) in the DASHBOARD table.
+
+Items: pk = "u#<user id>", sk = "c#<config id>" with name, tickers (a list), created and
+updated times (epoch ms) and a version that every update bumps (streams compare it to pick
+up edits). Per user one counter item, sk = "#count", caps how many configurations the user
+holds: a create is one transaction (counter below the cap and incremented + the new item),
+a delete likewise (the item existed + the counter decremented), so the cap holds however
+many processes create at once, and a failed half never lands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from headwater.errors import StorageUnavailable
+from headwater.settings import Settings
+from headwater.storage.ddb import call, error_code
+from headwater.storage.schema import DASHBOARD
+
+USER_PREFIX = "u#"
+CONFIG_PREFIX = "c#"
+COUNTER_SK = "#count"
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardConfig:
+    user_id: str
+    config_id: str
+    name: str
+    tickers: tuple[str, ...]
+    created_ms: int
+    updated_ms: int
+    version: int = 1
+
+
+class ConfigLimitReached(Exception):
+    pass
+
+
+def _key(user_id: str, config_id: str) -> dict[str, Any]:
+    return {"pk": {"S": USER_PREFIX + user_id}, "sk": {"S": CONFIG_PREFIX + config_id}}
+
+
+def _counter_key(user_id: str) -> dict[str, Any]:
+    return {"pk": {"S": USER_PREFIX + user_id}, "sk": {"S": COUNTER_SK}}
+
+
+def _of(item: dict[str, Any]) -> DashboardConfig:
+    return DashboardConfig(
+        user_id=item["pk"]["S"].removeprefix(USER_PREFIX),
+        config_id=item["sk"]["S"].removeprefix(CONFIG_PREFIX),
+        name=item["name"]["S"],
+        tickers=tuple(v["S"] for v in item.get("tickers", {}).get("L", [])),
+        created_ms=int(item["created"]["N"]),
+        updated_ms=int(item["updated"]["N"]),
+        version=int(item["ver"]["N"]),
+    )
+
+
+def _first_condition_failed(exc: ClientError) -> bool:
+    """A cancelled transaction whose first item's condition failed."""
+    if error_code(exc) != "TransactionCanceledException":
+        return False
+    reasons = exc.response.get("CancellationReasons") or [{}]
+    return str(reasons[0].get("Code")) == "ConditionalCheckFailed"
+
+
+class DynamoConfigStore:
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self._ddb = client
+        self._table = settings.table_name(DASHBOARD.logical)
+
+    def create(self, cfg: DashboardConfig, max_per_user: int) -> None:
+        """Store a new configuration (ConfigLimitReached when the user holds the maximum)."""
+        item = {
+            **_key(cfg.user_id, cfg.config_id),
+            "name": {"S": cfg.name},
+            "tickers": {"L": [{"S": t} for t in cfg.tickers]},
+            "created": {"N": str(cfg.created_ms)},
+            "updated": {"N": str(cfg.updated_ms)},
+            "ver": {"N": str(cfg.version)},
+        }
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _counter_key(cfg.user_id),
+                            "UpdateExpression": "SET n = if_not_exists(n, :zero) + :one",
+                            "ConditionExpression": "attribute_not_exists(n) OR n < :max",
+                            "ExpressionAttributeValues": {
+                                ":zero": {"N": "0"},
+                                ":one": {"N": "1"},
+                                ":max": {"N": str(max_per_user)},
+                            },
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": item,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _first_condition_failed(exc):
+                raise ConfigLimitReached from exc
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+
+    def get(self, user_id: str, config_id: str) -> DashboardConfig | None:
+        resp = call(
+            self._ddb.get_item,
+            TableName=self._table,
+            Key=_key(user_id, config_id),
+            ConsistentRead=True,
+        )
+        item = resp.get("Item")
+        return _of(item) if item else None
+
+    def list(self, user_id: str) -> list[DashboardConfig]:
+        """The user's configurations, oldest first."""
+        out: list[DashboardConfig] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :c)",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": USER_PREFIX + user_id},
+                ":c": {"S": CONFIG_PREFIX},
+            },
+            "ConsistentRead": True,
+        }
+        while True:
+            resp = call(self._ddb.query, **kwargs)
+            out.extend(_of(it) for it in resp.get("Items", []))
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                break
+            kwargs["ExclusiveStartKey"] = last
+        out.sort(key=lambda c: (c.created_ms, c.config_id))
+        return out
+
+    def update(
+        self,
+        user_id: str,
+        config_id: str,
+        name: str | None,
+        tickers: tuple[str, ...] | None,
+        now_ms: int,
+    ) -> DashboardConfig | None:
+        """Set the given fields (None: kept) in one conditional write, so concurrent edits
+        of different fields both land; None when there is no such configuration."""
+        sets = ["updated = :now"]
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {":now": {"N": str(now_ms)}, ":one": {"N": "1"}}
+        if name is not None:
+            sets.append("#n = :name")
+            names["#n"] = "name"
+            values[":name"] = {"S": name}
+        if tickers is not None:
+            sets.append("tickers = :t")
+            values[":t"] = {"L": [{"S": t} for t in tickers]}
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": _key(user_id, config_id),
+            "UpdateExpression": "SET " + ", ".join(sets) + " ADD ver :one",
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_NEW",
+        }
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        try:
+            resp = self._ddb.update_item(**kwargs)
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        return _of(resp["Attributes"])
+
+    def delete(self, user_id: str, config_id: str) -> bool:
+        """Delete a configuration (False when there is no such configuration)."""
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Delete": {
+                            "TableName": self._table,
+                            "Key": _key(user_id, config_id),
+                            "ConditionExpression": "attribute_exists(pk)",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _counter_key(user_id),
+                            "UpdateExpression": "SET n = n - :one",
+                            "ConditionExpression": "n > :zero",
+                            "ExpressionAttributeValues": {
+                                ":zero": {"N": "0"},
+                                ":one": {"N": "1"},
+                            },
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _first_condition_failed(exc):
+                return False
+            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        return True

@@ -76,7 +76,7 @@ glue-local: deps-py deps-java
 	@test -n "$(GLUE_ENDPOINT)" || { echo "set HEADWATER_EMULATOR_PORT (as for make run) or GLUE_ENDPOINT=http://127.0.0.1:<port>"; exit 2; }
 	AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-testing} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-testing} \
 	  AWS_REGION=$${AWS_REGION:-us-east-1} \
-	  $(PY) glue_jobs/rollup_job.py --bucket $(GLUE_BUCKET) --resource-prefix $(GLUE_PREFIX) --endpoint-url $(GLUE_ENDPOINT) $(GLUE_ARGS)
+	  $(PY) glue_jobs/rollup_job.py --bucket $(GLUE_BUCKET) --resource-prefix $(GLUE_PREFIX) --endpoint-url $(GLUE_ENDPOINT) --sentiment-topics sentiment $(GLUE_ARGS)
 
 # sam deploy (samconfig.toml's default environment), then the Glue job's library zip to the
 # stack's data bucket (sam deploy uploads the job script but not --extra-py-files).

@@ -10,10 +10,14 @@ epoch, delete version and floors) only has its new segments read, and their wind
 added to the previous ones; any other topic is recomputed. Without --resource-prefix the job
 lists every object under --segments-prefix (an archive of segment objects with no tables):
 orphans of crashed seals are deduplicated, but deletes after sealing are not known.
+The records of the --sentiment-topics that are valid sentiment items
+(headwater.dashboard.items.parse_item, the server's rule) are also counted, into
+<topic>/sentiment.json.
 
 Arguments (Glue style, `--name value`): --bucket (required), --resource-prefix,
---segments-prefix (segments/), --output-prefix (rollups/v1/), --endpoint-url (an emulator;
-unset on AWS), --region.
+--segments-prefix (segments/), --output-prefix (rollups/v1/), --sentiment-topics
+(comma-separated topic names, none by default), --endpoint-url (an emulator; unset on AWS),
+--region.
 Glue adds its own arguments (--JOB_NAME, --job-bookmark-option, ...): they are ignored, except
 JOB_NAME, read with awsglue's getResolvedOptions when awsglue is importable."""
 
@@ -37,6 +41,9 @@ log = logging.getLogger("headwater.rollup")
 
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+SENTIMENT_NAME = "sentiment.json"
+SENTIMENT_KEEP_MS = 25 * 3600 * 1000  # sentiment minute windows kept behind generated_at
+LABELS = ("negative", "neutral", "positive")  # headwater.dashboard.items.LABELS, sorted
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class JobArgs:
     endpoint_url: str | None = None
     region: str | None = None
     job_name: str | None = None
+    sentiment_topics: tuple[str, ...] = ()
 
 
 def parse_args(argv: Sequence[str]) -> JobArgs:
@@ -58,6 +66,7 @@ def parse_args(argv: Sequence[str]) -> JobArgs:
     p.add_argument("--output-prefix", default="rollups/v1/")
     p.add_argument("--endpoint-url", default=None)
     p.add_argument("--region", default=None)
+    p.add_argument("--sentiment-topics", default="")
     ns, _unknown = p.parse_known_args(list(argv))  # Glue passes arguments of its own
     job_name = None
     if "--JOB_NAME" in argv:
@@ -75,6 +84,9 @@ def parse_args(argv: Sequence[str]) -> JobArgs:
         endpoint_url=ns.endpoint_url or None,
         region=ns.region or None,
         job_name=job_name,
+        sentiment_topics=tuple(
+            dict.fromkeys(t.strip() for t in ns.sentiment_topics.split(",") if t.strip())
+        ),
     )
 
 
@@ -165,13 +177,28 @@ def catalogue(
         after = page[-1].topic
 
 
+def sentiment_item(data_raw: bytes, default_ms: int) -> tuple[str, str] | None:
+    """(ticker, label) of a record whose data is a valid sentiment item, else None: exactly
+    the server's rule (headwater.dashboard.items.parse_item, default time = append time)."""
+    from headwater.dashboard.items import parse_item
+
+    try:
+        data = json.loads(data_raw)
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError is a ValueError)
+        return None
+    item = parse_item(data, default_ms)
+    return None if item is None else (item.ticker, item.label)
+
+
 def segment_rows(
     sources: Iterable[tuple[str, tuple[int, ...], int]],
     bucket: str,
     endpoint_url: str | None,
     region: str | None,
+    sentiment_topics: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[Any, ...]]:
-    """Runs in a Spark task: one S3 client per partition, one row per live stored record."""
+    """Runs in a Spark task: one S3 client per partition, one row per live stored record.
+    Records of a sentiment topic that are valid items carry their ticker and label."""
     from headwater.engine.segment import decode_segment
 
     s3 = s3_client(endpoint_url, region)
@@ -179,9 +206,12 @@ def segment_rows(
         skip = frozenset(deleted)
         blob = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         info, records = decode_segment(blob)
+        items = info.topic in sentiment_topics
         for r in records:
             if r.seq >= floor and r.seq not in skip:
-                yield (info.topic, info.epoch, r.seq, r.ts, r.size, r.tag, r.node)
+                item = sentiment_item(r.data_raw, r.ts) if items else None
+                ticker, label = item if item is not None else (None, None)
+                yield (info.topic, info.epoch, r.seq, r.ts, r.size, r.tag, r.node, ticker, label)
 
 
 def _windows(rows: list[Row]) -> dict[str, list[dict[str, Any]]]:
@@ -235,6 +265,51 @@ def merge_windows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[
     return out
 
 
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def empty_sentiment() -> dict[str, Any]:
+    return {"items": 0, "by_label": dict.fromkeys(LABELS, 0), "by_ticker": {}, "minute": []}
+
+
+def _sentiments(totals: list[Row], minute: list[Row]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in totals:
+        s = out.setdefault(r["topic"], empty_sentiment())
+        s["items"] = int(r["items"])
+        for k, v in (r["by_label"] or {}).items():
+            s["by_label"][k] = int(v)
+        s["by_ticker"] = {k: int(v) for k, v in sorted((r["by_ticker"] or {}).items())}
+    for r in minute:  # already ordered by topic, window_start
+        s = out.setdefault(r["topic"], empty_sentiment())
+        s["minute"].append({"window_start": int(r["window_start"]), "items": int(r["items"])})
+    return out
+
+
+def merge_sentiment(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Two sentiment objects of the same topic added up (totals, maps, minute windows)."""
+    out = empty_sentiment()
+    minute: dict[int, int] = {}
+    for s in (old, new):
+        out["items"] += int(s["items"])
+        for field in ("by_label", "by_ticker"):
+            for k, v in s[field].items():
+                out[field][k] = out[field].get(k, 0) + int(v)
+        for w in s["minute"]:
+            minute[w["window_start"]] = minute.get(w["window_start"], 0) + int(w["items"])
+    out["by_label"] = dict(sorted(out["by_label"].items()))
+    out["by_ticker"] = dict(sorted(out["by_ticker"].items()))
+    out["minute"] = [{"window_start": k, "items": minute[k]} for k in sorted(minute)]
+    return out
+
+
+def prune_sentiment(s: dict[str, Any], generated_at: int) -> dict[str, Any]:
+    """Only the minute windows starting at most SENTIMENT_KEEP_MS before generated_at."""
+    since = generated_at - SENTIMENT_KEEP_MS
+    return {**s, "minute": [w for w in s["minute"] if w["window_start"] >= since]}
+
+
 def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     """The whole job against one session; returns the manifest it wrote."""
     from headwater.names import object_key_component
@@ -243,6 +318,7 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     manifest_key = args.output_prefix + MANIFEST_NAME
     previous = _get_json(s3, args.bucket, manifest_key) or {}
     prev_topics: dict[str, Any] = previous.get("topics", {})
+    sentiment_topics = frozenset(args.sentiment_topics)
     kept: dict[str, Any] = {}  # topics whose rollups carry over unchanged
     carried: dict[str, Any] = {}  # topics whose new segments add to the previous windows
     states: dict[str, TopicState] = {}
@@ -256,7 +332,9 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
             states[topic] = state
             sealed[topic] = max((x.last_seq for x in sources), default=0)
             prev = prev_topics.get(topic)
-            if prev is not None and prev.get("state") == state.as_json():
+            # A topic that became a sentiment topic is recomputed like a changed one.
+            counted = topic not in sentiment_topics or "sentiment" in (prev or {})
+            if prev is not None and prev.get("state") == state.as_json() and counted:
                 fresh = [x for x in sources if x.last_seq > int(prev["through_seq"])]
                 if not fresh:
                     kept[topic] = prev
@@ -278,13 +356,19 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     slices = max(1, min(len(work), sc.defaultParallelism * 4))
     bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
     rdd = sc.parallelize(work, slices).mapPartitions(
-        lambda part: segment_rows(part, bucket, endpoint, region)
+        lambda part: segment_rows(part, bucket, endpoint, region, sentiment_topics)
     )
-    result = rollup(spark.createDataFrame(rdd, ROW_SCHEMA))
+    result = rollup(spark.createDataFrame(rdd, ROW_SCHEMA), with_sentiment=bool(sentiment_topics))
     summary = result.summary.collect()
     minute = _windows(result.minute.collect())
     hour = _windows(result.hour.collect())
+    sentiments: dict[str, dict[str, Any]] = {}
+    if result.sentiment_totals is not None and result.sentiment_minute is not None:
+        sentiments = _sentiments(
+            result.sentiment_totals.collect(), result.sentiment_minute.collect()
+        )
 
+    generated_at = now_ms()  # the manifest's; sentiment minute windows are pruned by it
     topics: dict[str, Any] = dict(kept)
     for s in summary:
         topic = s["topic"]
@@ -308,6 +392,14 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
             "minute": minute_key,
             "hour": hour_key,
         }
+        if topic in sentiment_topics:
+            sentiment = sentiments.get(topic, empty_sentiment())
+            if prev is not None:  # carried: its entry has "sentiment" (else recomputed)
+                old = _get_json(s3, args.bucket, prev["sentiment"]) or empty_sentiment()
+                sentiment = merge_sentiment(old, sentiment)
+            sentiment_key = base + SENTIMENT_NAME
+            _put_json(s3, args.bucket, sentiment_key, prune_sentiment(sentiment, generated_at))
+            topics[topic]["sentiment"] = sentiment_key
         if topic in states:
             # Through the last segment read, even if its last records were deleted.
             topics[topic]["through_seq"] = max(through, sealed[topic])
@@ -315,9 +407,13 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     for topic, prev in carried.items():
         if topic not in topics:  # the new segments held only deleted records
             topics[topic] = {**prev, "through_seq": sealed[topic]}
+    for topic, entry in list(topics.items()):
+        if topic not in sentiment_topics and "sentiment" in entry:
+            # No longer a sentiment topic: its (now stale) object is no longer pointed at.
+            topics[topic] = {k: v for k, v in entry.items() if k != "sentiment"}
     manifest = {
         "version": MANIFEST_VERSION,
-        "generated_at": time.time_ns() // 1_000_000,
+        "generated_at": generated_at,
         "mode": mode,
         "segments": len(work),
         "topics": dict(sorted(topics.items())),

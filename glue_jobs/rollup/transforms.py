@@ -2,7 +2,10 @@
 
 Input rows (ROW_SCHEMA): one per sealed record, possibly duplicated when two segment objects
 overlap (an orphan left by a crashed concurrent seal). Only each topic's latest epoch is
-rolled up: an older epoch is a deleted incarnation of the topic whose seqs start over."""
+rolled up: an older epoch is a deleted incarnation of the topic whose seqs start over.
+`ticker` and `label` are set only on the records of a sentiment topic whose data is a valid
+sentiment item (headwater.dashboard.items.parse_item, applied by the job when decoding);
+`sentiment` counts those."""
 
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ ROW_SCHEMA = StructType(
         StructField("bytes", LongType(), False),
         StructField("tag", StringType(), True),
         StructField("node", StringType(), True),
+        StructField("ticker", StringType(), True),  # canonical (upper case); sentiment items
+        StructField("label", StringType(), True),  # positive / neutral / negative
     ]
 )
 
@@ -36,6 +41,9 @@ class Rollups:
     summary: DataFrame  # topic, epoch, through_seq, records, bytes
     minute: DataFrame  # topic, window_start, records, bytes, by_tag_prefix, by_node
     hour: DataFrame
+    # Only when asked for (rollup(..., sentiment=True)); see sentiment().
+    sentiment_totals: DataFrame | None = None  # topic, items, by_label, by_ticker
+    sentiment_minute: DataFrame | None = None  # topic, window_start, items
 
 
 def dedupe(rows: DataFrame) -> DataFrame:
@@ -98,7 +106,29 @@ def summary(rows: DataFrame) -> DataFrame:
     )
 
 
-def rollup(rows: DataFrame) -> Rollups:
-    """Everything the job writes, from raw (possibly duplicated, multi-epoch) rows."""
+def sentiment(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Sentiment item counts over the rows with a label (the valid items of sentiment topics):
+    per topic `items`, `by_label` and `by_ticker` (label / ticker -> count), and per topic and
+    minute window (of the record's append time `ts_ms`) `items`. Topics without a valid item
+    have no row. `rows` must already be deduplicated and limited to the latest epoch."""
+    items = rows.where(F.col("label").isNotNull()).select(
+        "topic", "ticker", "label", window_start(F.col("ts_ms"), MINUTE_MS).alias("window_start")
+    )
+    counts = items.groupBy("topic").agg(F.count(F.lit(1)).alias("items"))
+    labels = _count_map(items, ["topic"], "label", "by_label")
+    tickers = _count_map(items, ["topic"], "ticker", "by_ticker")
+    totals = counts.join(labels, "topic").join(tickers, "topic").orderBy("topic")
+    minute = (
+        items.groupBy("topic", "window_start")
+        .agg(F.count(F.lit(1)).alias("items"))
+        .orderBy("topic", "window_start")
+    )
+    return totals, minute
+
+
+def rollup(rows: DataFrame, with_sentiment: bool = False) -> Rollups:
+    """Everything the job writes, from raw (possibly duplicated, multi-epoch) rows; the
+    sentiment counts only `with_sentiment` (no extra Spark work for jobs without them)."""
     live = latest_epoch(dedupe(rows)).cache()
-    return Rollups(summary(live), windows(live, MINUTE_MS), windows(live, HOUR_MS))
+    totals, minute = sentiment(live) if with_sentiment else (None, None)
+    return Rollups(summary(live), windows(live, MINUTE_MS), windows(live, HOUR_MS), totals, minute)

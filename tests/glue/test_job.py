@@ -45,8 +45,10 @@ def bucket(emulator: MotoServer) -> tuple[str, Any]:
     return settings.bucket_name, clients.s3
 
 
-def record(seq: int, ts: int, tag: str | None = None, node: str | None = None) -> StoredRecord:
-    data = json.dumps({"n": seq}).encode()
+def record(
+    seq: int, ts: int, tag: str | None = None, node: str | None = None, data: bytes | None = None
+) -> StoredRecord:
+    data = json.dumps({"n": seq}).encode() if data is None else data
     return StoredRecord(
         seq=seq,
         ts=ts,
@@ -58,13 +60,14 @@ def record(seq: int, ts: int, tag: str | None = None, node: str | None = None) -
     )
 
 
-def put_segment(s3: Any, bucket: str, topic: str, epoch: int, recs: list[StoredRecord]) -> None:
+def put_segment(s3: Any, bucket: str, topic: str, epoch: int, recs: list[StoredRecord]) -> str:
     blob, info = encode_segment(topic, epoch, recs, block_bytes=64)
     key = (
         f"segments/{object_key_component(topic)}/{epoch}/"
         f"{info.first_seq:020d}-{info.last_seq:020d}-{uuid.uuid4().hex[:8]}"
     )
     s3.put_object(Bucket=bucket, Key=key, Body=blob)
+    return key
 
 
 def get_json(s3: Any, bucket: str, key: str) -> Any:
@@ -79,8 +82,11 @@ def test_parse_args_glue_style_with_defaults_and_foreign_arguments() -> None:
         "rollups/v1/",
     )
     assert args.endpoint_url is None and args.job_name == "j"
+    assert args.sentiment_topics == ()
     args = parse_args(["--bucket=b", "--output-prefix", "r/", "--endpoint-url", "http://x"])
     assert (args.output_prefix, args.endpoint_url) == ("r/", "http://x")
+    args = parse_args(["--bucket", "b", "--sentiment-topics", " sentiment, news,,sentiment"])
+    assert args.sentiment_topics == ("sentiment", "news")
 
 
 def test_job_writes_rollups_then_manifest(
@@ -172,12 +178,19 @@ def test_package_zip_holds_both_packages_and_imports(tmp_path: Any) -> None:
 
     out = build(tmp_path / "job.zip")
     names = set(zipfile.ZipFile(out).namelist())
-    assert {"headwater/engine/segment.py", "headwater/names.py", "rollup/job.py"} <= names
+    assert {
+        "headwater/engine/segment.py",
+        "headwater/names.py",
+        "headwater/dashboard/items.py",
+        "rollup/job.py",
+    } <= names
     assert not any("__pycache__" in n for n in names)
     # Glue puts the zip on sys.path: the job's modules import from it alone
     code = (
         "import rollup.transforms, headwater.engine.segment, headwater.names;"
-        "print(rollup.transforms.__file__); print(headwater.engine.segment.__file__)"
+        "import headwater.dashboard.items as items;"
+        "print(rollup.transforms.__file__); print(headwater.engine.segment.__file__);"
+        "print(items.__file__)"
     )
     env = {"PYTHONPATH": str(out), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
@@ -215,3 +228,157 @@ def test_package_uploads_to_the_data_bucket_named_by_the_stack(
         )
         with pytest.raises(SystemExit, match="no DataBucketName output"):
             package_main(["--stack", "other", "--out", str(tmp_path / "z.zip")])
+
+
+def sentiment_data(ticker: str, label: str, **extra: Any) -> bytes:
+    body = {"ticker": ticker, "score": -0.25, "label": label, "confidence": 0.5, "source": "rss"}
+    return json.dumps({**body, **extra}).encode()
+
+
+M, H = 60_000, HOUR_MS
+G1 = T0  # generated_at of the first run (a minute boundary), G2 of the later ones
+G2 = G1 + 2 * H
+# (seq, append time, data, the (ticker, label) it counts as, by hand: None = not an item)
+SENT_A = [
+    (1, G1 - 26 * H, sentiment_data("AAPL", "positive"), ("AAPL", "positive")),
+    (2, G1 - 25 * H - 1, sentiment_data("msft", "negative"), ("MSFT", "negative")),
+    (3, G1 - 25 * H, sentiment_data("aapl", "neutral"), ("AAPL", "neutral")),
+    (4, G1 - H, sentiment_data("AAPL", "positive"), ("AAPL", "positive")),
+    (5, G1 - H + 1, b"not json", None),
+    (6, G1 - H + M - 1, sentiment_data("Msft", "positive"), ("MSFT", "positive")),
+    (7, G1 - 10 * M, sentiment_data("AAPL", "bullish"), None),
+    (8, G1 - 10 * M, sentiment_data("TSLA", "negative"), ("TSLA", "negative")),  # deleted
+    (9, G1 - 5 * M, json.dumps({"n": 9}).encode(), None),
+]
+SENT_B = [
+    (10, G1 + 30 * M, sentiment_data("tsla", "positive"), ("TSLA", "positive")),
+    (
+        11,
+        G1 + H,
+        sentiment_data("AAPL", "negative", timestamp="2020-01-01T00:00:00Z"),
+        ("AAPL", "negative"),
+    ),
+    (12, G1 + H, sentiment_data("AAPL", "positive", confidence=True), None),
+]
+NEWS = [
+    (1, G1 - 2 * H, sentiment_data("NVDA", "neutral"), ("NVDA", "neutral")),
+    (2, G1 - 2 * H, b"{}", None),
+]
+QUIET = [(1, G1, b'{"ticker": "AAPL"}', None)]
+DELETED = (8,)
+
+
+def expected_sentiment(recs: list[tuple[Any, ...]], generated_at: int) -> dict[str, Any]:
+    """The sentiment object, counted by brute force from the hand-written expectations."""
+    counted = [(ts, tl) for seq, ts, _, tl in recs if tl is not None and seq not in DELETED]
+    by_label = {"negative": 0, "neutral": 0, "positive": 0}
+    by_ticker: dict[str, int] = {}
+    minute: dict[int, int] = {}
+    for ts, (ticker, label) in counted:
+        by_label[label] += 1
+        by_ticker[ticker] = by_ticker.get(ticker, 0) + 1
+        if ts - ts % M >= generated_at - 25 * H:
+            minute[ts - ts % M] = minute.get(ts - ts % M, 0) + 1
+    return {
+        "items": len(counted),
+        "by_label": by_label,
+        "by_ticker": dict(sorted(by_ticker.items())),
+        "minute": [{"window_start": k, "items": v} for k, v in sorted(minute.items())],
+    }
+
+
+def test_sentiment_rollups_full_incremental_and_newly_added_topics(
+    spark: SparkSession,
+    emulator: MotoServer,
+    bucket: tuple[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rollup import job
+    from rollup.job import Source, TopicState
+
+    from headwater.dashboard.items import LABELS
+
+    assert tuple(sorted(LABELS)) == job.LABELS
+    name, s3 = bucket
+
+    def seg(topic: str, recs: list[tuple[Any, ...]]) -> str:
+        return put_segment(s3, name, topic, 1, [record(r[0], r[1], data=r[2]) for r in recs])
+
+    # GIVEN a catalogue (as the server's tables would give it) of three topics
+    state = TopicState(epoch=1, del_ver=1, earliest_seq=1, evict_floor=0)
+    key_a, key_news, key_quiet = seg("sentiment", SENT_A), seg("news", NEWS), seg("quiet", QUIET)
+    catalogue = {
+        "sentiment": (state, [Source(key_a, 9, DELETED, 1)]),
+        "news": (state, [Source(key_news, 2)]),
+        "quiet": (state, [Source(key_quiet, 1)]),
+    }
+    clock = [G1]
+    monkeypatch.setattr(job, "catalogue", lambda *_: dict(catalogue))
+    monkeypatch.setattr(job, "now_ms", lambda: clock[0])
+
+    def run(topics: str, prefix: str = "rollups/v1/") -> dict[str, Any]:
+        args = ["--bucket", name, "--resource-prefix", "x", "--endpoint-url", emulator.url]
+        args += ["--output-prefix", prefix, "--sentiment-topics", topics]
+        return job.run(spark, parse_args(args))
+
+    def obj(manifest: dict[str, Any], topic: str) -> Any:
+        return get_json(s3, name, manifest["topics"][topic]["sentiment"])
+
+    # WHEN the job runs with two of them as sentiment topics
+    first = run("sentiment,quiet")
+    # THEN each gets its sentiment.json (written before the manifest that points at it)
+    assert first["generated_at"] == G1
+    base = f"rollups/v1/{object_key_component('sentiment')}/"
+    assert first["topics"]["sentiment"]["sentiment"] == base + "sentiment.json"
+    sent = obj(first, "sentiment")
+    assert list(sent) == ["items", "by_label", "by_ticker", "minute"]
+    assert sent == expected_sentiment(SENT_A, G1)
+    # (the same numbers by hand: 8 is deleted; minute windows from G1 - 25 h on)
+    assert sent["items"] == 5 and sent["by_ticker"] == {"AAPL": 3, "MSFT": 2}
+    assert list(sent["by_label"].items()) == [("negative", 1), ("neutral", 1), ("positive", 3)]
+    assert sent["minute"] == [
+        {"window_start": G1 - 25 * H, "items": 1},
+        {"window_start": G1 - H, "items": 2},
+    ]
+    # AND a sentiment topic without items gets zeros, another topic no sentiment at all
+    assert obj(first, "quiet") == {
+        "items": 0,
+        "by_label": {"negative": 0, "neutral": 0, "positive": 0},
+        "by_ticker": {},
+        "minute": [],
+    }
+    assert "sentiment" not in first["topics"]["news"]
+
+    # GIVEN a new segment of "sentiment", "news" made a sentiment topic, two hours later
+    key_b = seg("sentiment", SENT_B)
+    catalogue["sentiment"] = (state, [*catalogue["sentiment"][1], Source(key_b, 12)])
+    clock[0] = G2
+    # WHEN the job runs again
+    second = run("sentiment,quiet,news")
+    # THEN only the new segment of "sentiment" is read and merged into its counts, "news"
+    # (no sentiment yet, nothing new) is recomputed from its segments, "quiet" is kept
+    assert second["segments"] == 2
+    assert obj(second, "sentiment") == expected_sentiment(SENT_A + SENT_B, G2)
+    assert obj(second, "sentiment")["minute"][0] == {"window_start": G1 - H, "items": 2}
+    assert obj(second, "news") == expected_sentiment(NEWS, G2)
+    assert obj(second, "news")["items"] == 1
+    assert second["topics"]["quiet"] == first["topics"]["quiet"]
+    assert second["topics"]["sentiment"]["through_seq"] == 12
+
+    # AND the incremental result equals a full recompute of the same catalogue
+    full = run("sentiment,quiet,news", prefix="rollups/full/")
+    assert full["segments"] == 4
+    for topic in ("sentiment", "news", "quiet"):
+        for kind in ("sentiment", "minute", "hour"):
+            inc = s3.get_object(Bucket=name, Key=second["topics"][topic][kind])["Body"].read()
+            rec = s3.get_object(Bucket=name, Key=full["topics"][topic][kind])["Body"].read()
+            assert inc == rec, (topic, kind)
+
+    # WHEN "news" is no longer a sentiment topic THEN its entry drops the key; the others
+    # (nothing new) keep theirs as they were
+    third = run("sentiment,quiet")
+    assert third["segments"] == 0
+    assert third["topics"]["news"] == {
+        k: v for k, v in second["topics"]["news"].items() if k != "sentiment"
+    }
+    assert third["topics"]["sentiment"] == second["topics"]["sentiment"]

@@ -1,11 +1,14 @@
-"""The rollup transforms on plain rows (no S3): dedupe, windows, tag prefixes, nodes, epochs."""
+"""The rollup transforms on plain rows (no S3): dedupe, windows, tag prefixes, nodes, epochs,
+sentiment counts."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from rollup.job import sentiment_item
 from rollup.transforms import (
     HOUR_MS,
     MINUTE_MS,
@@ -22,8 +25,9 @@ T0 = 1_700_000_000_000 - (1_700_000_000_000 % HOUR_MS)  # an hour boundary (UTC)
 
 
 def rows(spark: SparkSession, *data: tuple[Any, ...]) -> DataFrame:
-    """(topic, epoch, seq, ts_ms, bytes, tag, node); tag and node default to None."""
-    full = [tuple(d) + (None,) * (7 - len(d)) for d in data]
+    """(topic, epoch, seq, ts_ms, bytes, tag, node, ticker, label); the optional ones default
+    to None."""
+    full = [tuple(d) + (None,) * (len(ROW_SCHEMA.fields) - len(d)) for d in data]
     return spark.createDataFrame(full, ROW_SCHEMA)
 
 
@@ -153,3 +157,46 @@ def test_empty_input_gives_empty_rollups(spark: SparkSession) -> None:
     result = rollup(rows(spark))
     assert result.summary.collect() == []
     assert result.minute.collect() == [] and result.hour.collect() == []
+
+
+def test_sentiment_counts_valid_items_of_the_latest_epoch_once(spark: SparkSession) -> None:
+    def item(ticker: str, label: str, **extra: Any) -> bytes:
+        body = {"ticker": ticker, "score": 0.5, "label": label, "confidence": 0.9, "source": "s"}
+        return json.dumps({**body, **extra}).encode()
+
+    m = MINUTE_MS
+    raw = [  # (epoch, seq, ts_ms, data): ticker / label as the job decodes them
+        (1, 1, T0, item("AAPL", "positive")),  # the old incarnation: not counted
+        (2, 1, T0, item("aapl", "positive")),
+        (2, 1, T0, item("aapl", "positive")),  # an overlapping segment repeats seq 1
+        (2, 2, T0 + 5, item("AAPL", "negative")),
+        (2, 3, T0 + m - 1, item("Msft", "neutral", timestamp="2020-01-01T00:00:00Z")),
+        (2, 4, T0 + m, item("brk.b", "positive")),
+        (2, 5, T0 + m, item("AAPL", "great")),  # invalid: label
+        (2, 6, T0 + m, item("AAPL", "neutral", score=2)),  # invalid: score
+        (2, 7, T0 + m, item("$AAPL", "neutral")),  # invalid: ticker
+        (2, 8, T0 + m, item("AAPL", "neutral", timestamp="2020-01-01T00:00:00")),  # no zone
+        (2, 9, T0 + m, b'["AAPL", "positive"]'),  # not an object
+        (2, 10, T0 + m, b"not json"),
+        (2, 11, T0 + m, b"\xff\xfe"),  # not UTF-8
+        (2, 12, T0 + 3 * m, item("msft", "negative")),
+    ]
+    decoded = [(e, s, ts, sentiment_item(data, ts) or (None, None)) for e, s, ts, data in raw]
+    df = rows(
+        spark,
+        *[("news", e, s, ts, 1, None, None, *tl) for e, s, ts, tl in decoded],
+        ("other", 1, 1, T0, 1),  # a topic without items
+    )
+    # WHEN rolled up with the sentiment counts
+    result = rollup(df, with_sentiment=True)
+    assert result.sentiment_totals is not None and result.sentiment_minute is not None
+    # THEN only the valid items of epoch 2, each seq once, tickers in canonical case
+    [t] = result.sentiment_totals.collect()
+    assert (t["topic"], t["items"]) == ("news", 5)
+    assert dict(t["by_label"]) == {"positive": 2, "negative": 2, "neutral": 1}
+    assert dict(t["by_ticker"]) == {"AAPL": 2, "MSFT": 2, "BRK.B": 1}
+    # AND per minute of the append time (not the item's own timestamp)
+    minute = [tuple(r) for r in result.sentiment_minute.collect()]
+    assert minute == [("news", T0, 3), ("news", T0 + m, 1), ("news", T0 + 3 * m, 1)]
+    # AND without sentiment topics nothing extra is computed
+    assert rollup(df).sentiment_totals is None

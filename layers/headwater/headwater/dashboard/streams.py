@@ -52,14 +52,15 @@ class _Stream:
     def _id(self, seq: int) -> str:
         return event_id(self.feed.check, self.feed.epoch, seq)
 
-    def heartbeat(self) -> bytes:
+    def heartbeat(self, seq: int) -> bytes:
+        """A heartbeat whose id carries `seq`: the last position this stream delivered."""
         self.next_heartbeat = time.monotonic() + self.heartbeat_s
         data = {
             "timestamp": iso_ms(self.svc.clock()),
             "connections": self.svc.connections.count,
             "uptime_seconds": self.svc.uptime_seconds(),
         }
-        return frame("heartbeat", self._id(self.feed.cursor), jsoncodec.dumps(data))
+        return frame("heartbeat", self._id(seq), jsoncodec.dumps(data))
 
     def over(self) -> bool:
         return self.svc.shutdown.is_set() or time.monotonic() >= self.end_at
@@ -88,7 +89,7 @@ async def metrics_stream(svc: DashboardService, wake: asyncio.Event) -> AsyncIte
             yield frame("metrics", s._id(s.feed.cursor), s.feed.metrics())
             continue
         if now >= s.next_heartbeat:
-            yield s.heartbeat()
+            yield s.heartbeat(s.feed.cursor)
             continue
         due = last_metrics + (min_s if changed else every_s)
         await s.sleep_until(min(due, s.next_heartbeat))
@@ -111,7 +112,7 @@ async def config_stream(
         version = config.version
         epoch = feed.epoch
         pos = resume.seq if feed.resumes(resume) and resume is not None else feed.cursor
-        yield s.heartbeat()
+        yield s.heartbeat(pos)
         next_poll = time.monotonic() + poll_s
         while not s.over():
             wake.clear()
@@ -139,7 +140,7 @@ async def config_stream(
                     version, tickers = cur.version, frozenset(cur.tickers)
                 continue
             if now >= s.next_heartbeat:
-                yield s.heartbeat()
+                yield s.heartbeat(pos)
                 continue
             await s.sleep_until(min(next_poll, s.next_heartbeat))
     finally:

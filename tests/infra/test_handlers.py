@@ -361,3 +361,111 @@ def test_flag_tokens_without_a_signing_key_fail_closed(
     finally:
         asyncio.get_event_loop().close()
         asyncio.set_event_loop(None)
+
+
+DASHBOARD_USER = "user-7f3a"  # the X-User-ID of tests/events/8x_dashboard_*.json
+
+
+def test_recorded_dashboard_events_round_trip(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /api/v2 with the environment template.yaml gives ApiFunction: the dashboard topic and
+    # the per-instance stream cap from DashboardTopic / DashboardMaxConnections; the
+    # configurations live in the stack's dashboard table (moto, created from schema.TABLES).
+    boto3.client("ssm").put_parameter(
+        Name=KEYS_PARAMETER, Value=API_KEY, Type="SecureString", Overwrite=True
+    )
+    monkeypatch.setenv("HEADWATER_DASHBOARD_TOPIC", "sentiment")
+    monkeypatch.setenv("HEADWATER_DASHBOARD_POLL_MS", "5000")
+    monkeypatch.setenv("HEADWATER_DASHBOARD_MAX_CONNECTIONS", "100")
+    module = _import_handler()
+    try:
+        handler, ctx = module.handler, FakeLambdaContext()
+        created = handler(_event("80_dashboard_config_post.json"), ctx)
+        assert created["statusCode"] == 201, created
+        config = _body(created)
+        assert set(config) == {"config_id", "name", "tickers", "created_at", "updated_at"}
+        assert config["name"] == "Big tech"
+        assert config["tickers"] == ["AAPL", "MSFT", "NVDA"]  # canonical: upper case
+        assert config["created_at"].endswith("Z") and config["updated_at"].endswith("Z")
+        # stored in the dashboard table under the user's partition
+        item = boto3.client("dynamodb").get_item(
+            TableName="hw-infra-dashboard",
+            Key={"pk": {"S": f"u#{DASHBOARD_USER}"}, "sk": {"S": f"c#{config['config_id']}"}},
+        )
+        assert item["Item"]["name"] == {"S": "Big tech"}
+
+        listed = handler(_event("81_dashboard_configs_get.json"), ctx)
+        assert listed["statusCode"] == 200, listed
+        assert _body(listed) == {"configurations": [config], "count": 1}
+
+        ingested = handler(_event("82_dashboard_sentiment_post.json"), ctx)
+        assert ingested["statusCode"] == 201, ingested
+        assert _body(ingested) == {
+            "topic": "sentiment",
+            "accepted": 1,
+            "first_seq": 1,
+            "last_seq": 1,
+            "deduped": False,
+        }
+        # the recorded Idempotency-Key: a retry writes nothing and answers 200
+        retried = handler(_event("82_dashboard_sentiment_post.json"), ctx)
+        assert retried["statusCode"] == 200, retried
+        assert _body(retried)["deduped"] is True
+
+        status = handler(_event("83_dashboard_status_get.json"), ctx)
+        assert status["statusCode"] == 200, status
+        assert status["headers"]["content-type"] == "application/json"
+        assert _body(status) == {
+            "connections": 0,
+            "max_connections": 100,
+            "available": 100,
+            "uptime_seconds": _body(status)["uptime_seconds"],
+        }
+        assert isinstance(_body(status)["uptime_seconds"], int)
+    finally:
+        asyncio.get_event_loop().close()
+        asyncio.set_event_loop(None)
+
+
+def test_dashboard_max_connections_comes_from_the_environment(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DashboardMaxConnections reaches the app as HEADWATER_DASHBOARD_MAX_CONNECTIONS
+    boto3.client("ssm").put_parameter(
+        Name=KEYS_PARAMETER, Value=API_KEY, Type="SecureString", Overwrite=True
+    )
+    monkeypatch.setenv("HEADWATER_DASHBOARD_MAX_CONNECTIONS", "7")
+    module = _import_handler()
+    try:
+        status = module.handler(_event("83_dashboard_status_get.json"), FakeLambdaContext())
+        assert status["statusCode"] == 200, status
+        body = _body(status)
+        assert (body["max_connections"], body["available"]) == (7, 7)
+    finally:
+        asyncio.get_event_loop().close()
+        asyncio.set_event_loop(None)
+
+
+@pytest.mark.parametrize(
+    ("header", "detail"),
+    [
+        (None, "Missing user identification"),
+        ("   ", "Missing user identification"),
+        ("x" * 129, "Invalid user identification"),
+    ],
+)
+def test_dashboard_configurations_need_a_user_id(
+    handler_module: ModuleType, header: str | None, detail: str
+) -> None:
+    # GIVEN the recorded configuration requests without (or with an unusable) X-User-ID
+    for name in ("80_dashboard_config_post.json", "81_dashboard_configs_get.json"):
+        event = copy.deepcopy(_event(name))
+        del event["headers"]["x-user-id"]
+        if header is not None:
+            event["headers"]["x-user-id"] = header
+        # WHEN the handler answers THEN 401 in the contract's shape, and nothing is stored
+        response = handler_module.handler(event, FakeLambdaContext())
+        assert response["statusCode"] == 401, response
+        assert response["headers"]["content-type"] == "application/json"
+        assert _body(response) == {"detail": detail}
+    scanned = boto3.client("dynamodb").scan(TableName="hw-infra-dashboard")
+    assert scanned["Items"] == []

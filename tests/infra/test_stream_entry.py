@@ -80,6 +80,9 @@ def lambda_env(
         "HEADWATER_RESOURCE_PREFIX": "hw-stream",
         "HEADWATER_BUCKET": "hw-stream-data",
         "HEADWATER_API_KEYS_PARAMETER": KEYS_PARAMETER,
+        "HEADWATER_DASHBOARD_TOPIC": "sentiment",
+        "HEADWATER_DASHBOARD_POLL_MS": "5000",
+        "HEADWATER_DASHBOARD_MAX_CONNECTIONS": "100",
         "POWERTOOLS_SERVICE_NAME": "headwater-test",
         "POWERTOOLS_METRICS_NAMESPACE": "HeadwaterTest",
         # local stand-ins: the layer's /opt/python is the source tree, AWS is moto
@@ -123,6 +126,21 @@ def test_run_sh_serves_like_under_the_web_adapter(lambda_env: dict[str, str]) ->
             diff = client.post("/v0/topics/demo/diff", json={"from_seq": 0})
             assert diff.status_code == 200, diff.text
             assert [(r["$seq"], r["data"]) for r in diff.json()["records"]] == [(1, {"x": 1})]
+
+            # AND the /api/v2 dashboard is served here (its SSE routes need this URL)
+            status = client.get("/api/v2/stream/status")
+            assert status.status_code == 200, status.text
+            assert status.json()["max_connections"] == 100
+            assert status.json()["connections"] == 0
+            with client.stream("GET", "/api/v2/stream") as sse:
+                assert sse.status_code == 200
+                assert sse.headers["content-type"] == "text/event-stream"
+                assert sse.headers["x-accel-buffering"] == "no"
+                lines = sse.iter_lines()
+                assert next(lines) == "retry: 3000"
+                first = [next(lines) for _ in range(4)]
+            assert first[1] == "event: metrics" and first[2].startswith("id: evt_"), first
+            assert '"total":0' in first[3], first
 
             # AND the keys came from SSM: a wrong token is refused
             denied = client.get("/v0/topics", headers={"authorization": "Bearer nope"})

@@ -31,7 +31,7 @@ from headwater.errors import HeadwaterError
 from headwater.http.bodies import read_json
 from headwater.http.dashboard_errors import PREFIX
 from headwater.http.limits import Slot
-from headwater.http.sse import EventStreamResponse
+from headwater.http.sse import EventStreamResponse, bare_event_stream
 from headwater.http.v0 import authorize, services
 
 router = APIRouter()
@@ -202,17 +202,13 @@ async def _ready(dash: DashboardService, slot: Slot) -> None:
 
 
 def _response(request: Request, frames: Any, slot: Slot) -> EventStreamResponse:
-    caps = services(request).settings.caps
-    return EventStreamResponse(
+    svc = services(request)
+    return bare_event_stream(
         frames,
         slot,
-        topics=[dashboard(request).settings.topic],
-        grace_ms=caps.buffer_grace_ms,
-        timeout_ms=caps.slow_consumer_timeout_ms,
+        topics=[svc.dashboard.settings.topic],
+        caps=svc.settings.caps,
         headers=SSE_HEADERS,
-        content_type="text/event-stream",
-        pacing_advice=False,
-        final_frame=lambda _status, _message: b"",
     )
 
 

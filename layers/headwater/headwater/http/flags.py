@@ -33,7 +33,7 @@ from headwater.flags.subscription import DEFAULT_LIMITS, parse_events_request
 from headwater.http.bodies import read_body
 from headwater.http.flag_errors import EVENTS_PATH
 from headwater.http.limits import Slot
-from headwater.http.sse import EventStreamResponse
+from headwater.http.sse import bare_event_stream
 from headwater.http.v0 import services
 from headwater.services import Services
 
@@ -210,15 +210,10 @@ async def events(request: Request) -> Response:
             with contextlib.suppress(BaseException):
                 await renewer
 
-    caps = svc.settings.caps
-    return EventStreamResponse(
+    return bare_event_stream(
         frames(),
         slot,
         topics=[ns.label for ns in sub.namespaces],
-        grace_ms=caps.buffer_grace_ms,
-        timeout_ms=caps.slow_consumer_timeout_ms,
+        caps=svc.settings.caps,
         headers=SSE_HEADERS,
-        content_type="text/event-stream",
-        pacing_advice=False,
-        final_frame=lambda _status, _message: b"",
     )

@@ -28,6 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 from headwater import jsoncodec
 from headwater.errors import HeadwaterError
 from headwater.http.limits import Slot
+from headwater.settings import Caps
 
 log = logging.getLogger(__name__)
 
@@ -200,3 +201,27 @@ class EventStreamResponse(Response):
         if self.outcome == "open":
             self.outcome = "complete"
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def bare_event_stream(
+    frames: AsyncGenerator[bytes, None],
+    slot: Slot,
+    *,
+    topics: Sequence[str],
+    caps: Caps,
+    headers: Mapping[str, str],
+) -> EventStreamResponse:
+    """A stream of a surface with its own wire shape: exactly `text/event-stream`, its own
+    headers, no pacing advisory and nothing appended when it fails or its client stops
+    draining (the client reconnects and resumes by its own rules)."""
+    return EventStreamResponse(
+        frames,
+        slot,
+        topics=topics,
+        grace_ms=caps.buffer_grace_ms,
+        timeout_ms=caps.slow_consumer_timeout_ms,
+        headers=headers,
+        content_type="text/event-stream",
+        pacing_advice=False,
+        final_frame=lambda _status, _message: b"",
+    )

@@ -132,12 +132,6 @@ def slow_head_reads(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(engine, "head_of", slow_head_of)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: on an instance whose feed is already built but not followed (no open "
-    "stream), the first metrics event is sent from the stale tally before the follower's "
-    "first sync (streams.metrics_stream / http.dashboard.stream do not sync first)",
-)
 def test_first_metrics_is_current_after_appends_while_nobody_streamed(
     make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,11 +183,6 @@ def test_config_stream_filters_by_ticker(dc: TestClient) -> None:
         assert len(set(ids)) == 4 and all(u.version == 8 for u in ids)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: config_stream treats the topic's creation (feed epoch 0 -> 1) as a recreate "
-    "and jumps to feed.cursor, so the items of the batch that created the topic are never sent",
-)
 def test_config_stream_without_the_topic_yet(dc: TestClient) -> None:
     # The dashboard's first items: the topic does not exist when the stream opens.
     cfg = create_config(dc, "alice", ["AAPL"])
@@ -377,12 +366,6 @@ def test_resume_window(make_client: MakeClient) -> None:
                 assert sources(sse.updates_until(by_source(end))) == [end], name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the resume window is checked (feed.resumes) against a feed not yet synced "
-    "to the head; the sync then drops items from the buffer and updates_after() replays only "
-    "the newest ones, silently skipping the items between the id and the window",
-)
 def test_resume_on_an_instance_that_streamed_nothing_since(
     make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -459,12 +442,6 @@ def test_connection_limit_and_status(make_client: MakeClient) -> None:
         assert status(c2)["connections"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when the request task is cancelled (ASGI cancel scope, as the test client "
-    "and some servers do) EventStreamResponse's finally never reaches slot.release(): the "
-    "dashboard slot and the feed follower leak (http/flags.py releases in the frames' finally)",
-)
 def test_a_client_that_leaves_frees_its_slot(make_client: MakeClient) -> None:
     c = make_client(dashboard=fast(max_connections=1))
     post_items(c, item("NVDA"))

@@ -116,8 +116,24 @@ async def config_stream(
         next_poll = time.monotonic() + poll_s
         while not s.over():
             wake.clear()
-            if feed.epoch != epoch:  # the topic was recreated: continue from its state
-                epoch, pos = feed.epoch, feed.cursor
+            now = time.monotonic()
+            if watch.dirty or now >= next_poll:
+                # Before delivering: an edit made through this process applies to every
+                # item appended after it returned.
+                watch.dirty = False
+                next_poll = now + poll_s
+                try:
+                    cur = await svc.engine.run_io(svc.configs.get, config.user_id, config.config_id)
+                except Exception:  # storage trouble: keep the tickers we have, ask later
+                    log.warning("configuration re-read failed", exc_info=True)
+                    cur = config
+                if cur is None:
+                    return  # deleted: the reconnect gets 404
+                if cur.version != version:
+                    version, tickers = cur.version, frozenset(cur.tickers)
+            if feed.epoch != epoch:
+                # The topic was created or recreated: everything in it is new.
+                epoch, pos = feed.epoch, 0
             if pos < feed.cursor:
                 cursor, fresh = feed.cursor, feed.updates_after(pos)  # one consistent view
                 for u in fresh:
@@ -125,21 +141,7 @@ async def config_stream(
                         yield frame("sentiment_update", s._id(u.seq), u.data)
                 pos = cursor
                 continue
-            now = time.monotonic()
-            if watch.dirty or now >= next_poll:
-                watch.dirty = False
-                next_poll = now + poll_s
-                try:
-                    cur = await svc.engine.run_io(svc.configs.get, config.user_id, config.config_id)
-                except Exception:  # storage trouble: keep the tickers we have, ask later
-                    log.warning("configuration re-read failed", exc_info=True)
-                    continue
-                if cur is None:
-                    return  # deleted: the reconnect gets 404
-                if cur.version != version:
-                    version, tickers = cur.version, frozenset(cur.tickers)
-                continue
-            if now >= s.next_heartbeat:
+            if time.monotonic() >= s.next_heartbeat:
                 yield s.heartbeat(pos)
                 continue
             await s.sleep_until(min(next_poll, s.next_heartbeat))

@@ -187,8 +187,11 @@ def _take_slot(dash: DashboardService, wake: asyncio.Event) -> Slot:
 
 
 async def _ready(dash: DashboardService, slot: Slot) -> None:
+    """The feed built and caught up with the head now, so a stream's first metrics and its
+    resume check see everything appended before the request."""
     try:
         await dash.feed.ready(READY_TIMEOUT_S)
+        await dash.feed.sync()
     except BaseException as exc:
         slot.release()
         if isinstance(exc, HeadwaterError | TimeoutError):

@@ -115,10 +115,14 @@ class EventStreamResponse(Response):
             if sender.done():
                 sender.result()  # surface a bug in the sender
         finally:
-            await _cancel_all(tasks)
-            with contextlib.suppress(Exception):
-                await self.frames.aclose()
-            self.slot.release()
+            try:
+                await _cancel_all(tasks)
+                with contextlib.suppress(Exception):
+                    await self.frames.aclose()
+            finally:
+                # Even when the request itself is being cancelled (an ASGI cancel scope makes
+                # every await above raise again), the slot is freed.
+                self.slot.release()
 
     async def _produce(self) -> None:
         try:

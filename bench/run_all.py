@@ -13,7 +13,9 @@ end, 1 MB records, the cost of sealing and of ingest + one delivery), bench_dura
 against @durable-streams/server) and bench_notify (aviso's /api/v1: notify throughput,
 watch latency, replay of 100,000 sealed notifications with and without a polygon filter)
 and bench_flags (feature-flag manifests: publish -> delta latency over 100 SSE connections,
-closure builds of a 1,000-flag namespace) run on moto only.
+closure builds of a 1,000-flag namespace) and bench_dashboard (the /api/v2 feed: ingest ->
+sentiment_update latency on the ingesting and on another process with 1/10/50 streams,
+ingest -> metrics, ingest throughput) run on moto only.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 from typing import Any
 
 from bench import (
+    bench_dashboard,
     bench_durable,
     bench_flags,
     bench_live,
@@ -118,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         flags = bench_flags.main(forwarded)
         missed += missed_targets(flags, "flags")
         errors += failed_requests(flags)
+        print("\n######## bench dashboard (/api/v2: ingest -> update latency, metrics) on moto")
+        dashboard = bench_dashboard.main(forwarded)
+        missed += missed_targets(dashboard, "dashboard")
+        errors += failed_requests(dashboard)
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

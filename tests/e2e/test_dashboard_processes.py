@@ -352,7 +352,7 @@ def test_dashboard_feed_across_two_processes(
     a, b = start_servers(2, **DASH_ENV)
     rng = random.Random(20251202)
     user = {"X-User-ID": "user-e2e"}
-    # the topic exists before the streams start (see the xfail test below for why)
+    # the topic exists before the streams start (the streams' first position is then known)
     with httpx.Client(timeout=30) as http:
         assert http.put(f"{a.url}/v0/topics/{TOPIC}", json={}).status_code in (200, 201)
 
@@ -598,7 +598,7 @@ def test_connection_limit_per_instance(start_servers: Callable[..., list[ServerP
                 f.thread.join(15)
 
 
-# --- single-process regressions and known bugs (strict xfails) ----------------------------
+# --- single-process regressions (each failed before the fix its docstring names) ----------
 def _post_items(url: str, n: int, ticker: str = "AAPL") -> None:
     items = [
         {"ticker": ticker, "score": 0.5, "label": "positive", "confidence": 0.9, "source": "t"}
@@ -619,15 +619,11 @@ def _config(url: str, user: dict[str, str], tickers: list[str]) -> str:
     return str(r.json()["config_id"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a configuration stream opened before the topic exists skips the items of "
-    "the first append(s) (config_stream treats the topic's first epoch as a recreate and "
-    "jumps to feed.cursor)",
-)
 def test_stream_opened_before_the_topic_exists_gets_the_first_items(
     start_servers: Callable[..., list[ServerProcess]],
 ) -> None:
+    """A configuration stream opened before the topic exists gets the items of the append
+    that creates it (fixed in 0badae1; before, the first epoch looked like a recreate)."""
     (s,) = start_servers(1, **DASH_ENV)
     user = {"X-User-ID": "user-early"}
     cid = _config(s.url, user, ["AAPL"])
@@ -636,9 +632,11 @@ def test_stream_opened_before_the_topic_exists_gets_the_first_items(
         assert f.connected.wait(30) and f.status == 200, (f.status, f.error)
         _post_items(s.url, 3)  # creates the topic
         _post_items(s.url, 2)
-        wait_until(lambda: len(f.updates()) >= 5, 5, "5 updates")
+        wait_until(lambda: len(f.updates()) >= 5, 10, "5 updates")
     finally:
         f.join()
+    seqs = [q for q, _ in f.updates()]
+    assert seqs == [1, 2, 3, 4, 5], seqs
 
 
 def test_a_resume_heartbeat_id_does_not_skip_the_replay(
@@ -679,15 +677,11 @@ def test_a_resume_heartbeat_id_does_not_skip_the_replay(
         keeper.join()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: after the last stream of a process closed, the feed stops following; the "
-    "next stream's first metrics event is the stale tally (DashboardFeed.ready returns at "
-    "once because `built` stays True)",
-)
 def test_first_metrics_after_an_idle_period_is_current(
     start_servers: Callable[..., list[ServerProcess]],
 ) -> None:
+    """After the last stream of a process closed (the feed stops following), the next
+    stream's first metrics event is current, not the stale tally (fixed in 0badae1)."""
     (s,) = start_servers(1, **DASH_ENV)
     httpx.put(f"{s.url}/v0/topics/{TOPIC}", json={}, timeout=30)
     first = Follower(s.url, "/api/v2/stream").start()

@@ -7,6 +7,7 @@ canonical forms of what each test posted (written out by hand in dashboard_helpe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
@@ -236,6 +237,51 @@ def test_config_edit_through_another_instance_is_polled(make_client: MakeClient)
         post_items(a, [item("AAPL", source="a1"), item("TSLA", source="t1")])
         post_items(a, item("TSLA", source="end"))
         assert sources(sse.updates_until(by_source("end"))) == ["t1", "end"]
+
+
+def test_config_delete_through_another_instance_ends_the_stream(
+    make_client: MakeClient,
+) -> None:
+    a = make_client(dashboard=fast(config_poll_ms=100))
+    b = make_client(dashboard=fast())
+    post_items(a, item("NVDA"))
+    cfg = create_config(a, "alice", ["AAPL"])
+    with open_stream(a, cfg_url(cfg), **user("alice")) as sse:
+        assert sse.event().event == "heartbeat"
+        # WHEN another instance deletes the configuration (a's shared poller finds it gone)
+        assert b.delete(f"{CONFIGS}/{cfg['config_id']}", headers=user("alice")).status_code == 204
+        deadline = time.monotonic() + 10
+        with pytest.raises(EOFError):
+            while time.monotonic() < deadline:
+                sse.frame()
+    wait_connections(a, 0)
+
+
+def test_one_configuration_poll_serves_every_stream_of_a_process(
+    make_client: MakeClient,
+) -> None:
+    a = make_client(dashboard=fast(config_poll_ms=100))
+    post_items(a, item("NVDA"))
+    configs = [create_config(a, f"user{i}", ["AAPL"]) for i in range(3)]
+    store = services(a).dashboard.configs
+    calls: list[int] = []
+    real = store.get_many
+
+    def counting(keys: list[tuple[str, str]]) -> Any:
+        calls.append(len(keys))
+        return real(keys)
+
+    store.get_many = counting  # type: ignore[method-assign]
+    with contextlib.ExitStack() as stack:
+        streams = [
+            stack.enter_context(open_stream(a, cfg_url(c), **user(f"user{i}")))
+            for i, c in enumerate(configs)
+        ]
+        for sse in streams:
+            assert sse.event().event == "heartbeat"
+        time.sleep(0.5)
+    # THEN once all three were open, a poll read the three configurations in one call
+    assert calls and max(calls) == 3
 
 
 def test_config_delete_ends_the_stream_and_frees_the_slot(dc: TestClient) -> None:

@@ -4,6 +4,7 @@ per-instance stream cap, local configuration-change wake-ups and shutdown."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from headwater.storage.dashboard_configs import (
     DashboardConfig,
     DynamoConfigStore,
 )
+
+log = logging.getLogger(__name__)
 
 MAX_TICKERS = 5
 MAX_NAME_CHARS = 100
@@ -133,10 +136,15 @@ class ConnectionCount:
 
 @dataclass(slots=True, eq=False)
 class ConfigWatch:
-    """A stream's interest in one configuration: `dirty` when this process changed it."""
+    """A stream's interest in one configuration. `dirty`: this process changed it (the
+    stream re-reads it at once); `polled`: what the shared poller last read (None: nothing
+    new), `gone`: the poller found it deleted."""
 
     wake: asyncio.Event
+    version: int
     dirty: bool = False
+    polled: DashboardConfig | None = None
+    gone: bool = False
 
 
 class DashboardService:
@@ -157,6 +165,7 @@ class DashboardService:
         self.connections = ConnectionCount(settings.max_connections)
         self.shutdown = asyncio.Event()
         self._config_watches: dict[tuple[str, str], set[ConfigWatch]] = {}
+        self._poller: asyncio.Task[None] | None = None
 
     def begin_shutdown(self) -> None:
         self.shutdown.set()
@@ -180,6 +189,8 @@ class DashboardService:
     # --- configuration change wake-ups (this process) -------------------------------------
     def watch_config(self, user_id: str, config_id: str, watch: ConfigWatch) -> None:
         self._config_watches.setdefault((user_id, config_id), set()).add(watch)
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll_configs())
 
     def unwatch_config(self, user_id: str, config_id: str, watch: ConfigWatch) -> None:
         watches = self._config_watches.get((user_id, config_id))
@@ -187,6 +198,33 @@ class DashboardService:
             watches.discard(watch)
             if not watches:
                 del self._config_watches[(user_id, config_id)]
+        if not self._config_watches and self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+
+    async def _poll_configs(self) -> None:
+        """One loop per process: every `config_poll_ms`, the configurations open streams
+        follow are read together (BatchGetItem, 100 per call) and the streams whose
+        configuration changed or was deleted are woken; edits made through other processes
+        reach streams this way."""
+        while self._config_watches:
+            await asyncio.sleep(self.settings.config_poll_ms / 1000)
+            keys = list(self._config_watches)
+            try:
+                found = await self.engine.run_io(self.configs.get_many, keys)
+            except Exception:  # storage trouble: streams keep their tickers; try again
+                log.warning("configuration poll failed", exc_info=True)
+                continue
+            for key in keys:
+                cfg = found.get(key)
+                for w in self._config_watches.get(key, ()):
+                    if cfg is None:
+                        w.gone = True
+                    elif cfg.version != w.version:
+                        w.polled = cfg
+                    else:
+                        continue
+                    w.wake.set()
 
     def _changed(self, user_id: str, config_id: str) -> None:
         for w in self._config_watches.get((user_id, config_id), ()):

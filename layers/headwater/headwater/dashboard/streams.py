@@ -103,34 +103,36 @@ async def config_stream(
 ) -> AsyncIterator[bytes]:
     s = _Stream(svc, wake)
     feed = s.feed
-    poll_s = svc.settings.config_poll_ms / 1000
-    watch = ConfigWatch(wake)
+    watch = ConfigWatch(wake, config.version)
     svc.watch_config(config.user_id, config.config_id, watch)
     try:
         yield RETRY_FRAME
         tickers = frozenset(config.tickers)
-        version = config.version
         epoch = feed.epoch
         pos = resume.seq if feed.resumes(resume) and resume is not None else feed.cursor
         yield s.heartbeat(pos)
-        next_poll = time.monotonic() + poll_s
         while not s.over():
             wake.clear()
-            now = time.monotonic()
-            if watch.dirty or now >= next_poll:
-                # Before delivering: an edit made through this process applies to every
-                # item appended after it returned.
+            # Configuration changes first: an edit applies to every item appended after it.
+            cur: DashboardConfig | None = None
+            if watch.dirty:  # changed through this process: read it now
                 watch.dirty = False
-                next_poll = now + poll_s
                 try:
-                    cur = await svc.engine.run_io(svc.configs.get, config.user_id, config.config_id)
-                except Exception:  # storage trouble: keep the tickers we have, ask later
+                    found = await svc.engine.run_io(
+                        svc.configs.get, config.user_id, config.config_id
+                    )
+                except Exception:  # storage trouble: the shared poller reads it later
                     log.warning("configuration re-read failed", exc_info=True)
-                    cur = config
-                if cur is None:
-                    return  # deleted: the reconnect gets 404
-                if cur.version != version:
-                    version, tickers = cur.version, frozenset(cur.tickers)
+                else:
+                    if found is None:
+                        return  # deleted: the reconnect gets 404
+                    cur = found
+            if watch.polled is not None:
+                cur, watch.polled = cur or watch.polled, None
+            if watch.gone:
+                return
+            if cur is not None and cur.version > watch.version:
+                watch.version, tickers = cur.version, frozenset(cur.tickers)
             if feed.epoch != epoch:
                 # The topic was created or recreated: everything in it is new.
                 epoch, pos = feed.epoch, 0
@@ -144,6 +146,6 @@ async def config_stream(
             if time.monotonic() >= s.next_heartbeat:
                 yield s.heartbeat(pos)
                 continue
-            await s.sleep_until(min(next_poll, s.next_heartbeat))
+            await s.sleep_until(s.next_heartbeat)
     finally:
         svc.unwatch_config(config.user_id, config.config_id, watch)

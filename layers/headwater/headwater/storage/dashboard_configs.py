@@ -122,6 +122,25 @@ class DynamoConfigStore:
         item = resp.get("Item")
         return _of(item) if item else None
 
+    def get_many(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], DashboardConfig]:
+        """The configurations that exist among (user id, config id) keys: one strongly
+        consistent BatchGetItem per 100 keys (unprocessed keys retried)."""
+        out: dict[tuple[str, str], DashboardConfig] = {}
+        for i in range(0, len(keys), 100):
+            pending: dict[str, Any] = {
+                self._table: {
+                    "Keys": [_key(u, c) for u, c in keys[i : i + 100]],
+                    "ConsistentRead": True,
+                }
+            }
+            while pending:
+                resp = call(self._ddb.batch_get_item, RequestItems=pending)
+                for item in resp.get("Responses", {}).get(self._table, []):
+                    cfg = _of(item)
+                    out[(cfg.user_id, cfg.config_id)] = cfg
+                pending = resp.get("UnprocessedKeys") or {}
+        return out
+
     def list(self, user_id: str) -> list[DashboardConfig]:
         """The user's configurations, oldest first."""
         out: list[DashboardConfig] = []

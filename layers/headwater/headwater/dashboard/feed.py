@@ -259,9 +259,6 @@ class DashboardFeed:
             self.floor = self.updates.popleft().seq
 
     # --- reading -------------------------------------------------------------------------
-    def position(self) -> Position:
-        return Position(self.epoch & EPOCH_MASK, self.cursor)
-
     def resumes(self, pos: Position | None) -> bool:
         """Whether a stream at `pos` can resume from the buffer: same incarnation, and no
         item after it has left the buffer."""

@@ -8,9 +8,10 @@ processed strictly one at a time.
 
 The sockets are served by uvicorn, not werkzeug's development server: werkzeug closes the
 connection after every response ("Connection: close"), so every AWS call paid for a new TCP
-connection and a new server thread (about 2 ms of a 3 ms ListTables here), a cost no AWS
-endpoint has. uvicorn keeps HTTP/1.1 connections alive and reads each request whole before
-it reaches the worker thread, so a slow client never holds the emulator."""
+connection and a new server thread, a cost no AWS endpoint has (measured here: a
+ConsistentRead GetItem 2.5 -> 2.0 ms, a two-item TransactWriteItems 6.1 -> 4.1 ms).
+uvicorn keeps HTTP/1.1 connections alive and reads each request whole before it reaches the
+worker thread, so a slow client never holds the emulator."""
 
 from __future__ import annotations
 

@@ -114,5 +114,16 @@ class StorageUnavailable(HeadwaterError):
     status, code = 503, "storage_unavailable"
 
 
+class OutcomeUnknown(StorageUnavailable):
+    """A write whose outcome storage never confirmed: every attempt, and every re-send of the
+    same request (same ClientRequestToken / commit id), failed without an answer. It may or
+    may not have applied; it never applies twice. Clients retry with their idempotency key."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        kwargs.setdefault("detail", {"outcome": "unknown"})
+        kwargs.setdefault("headers", {"Retry-After": "1"})
+        super().__init__(message, **kwargs)
+
+
 class BlobNotFound(StorageUnavailable):
     """An object that should exist does not (a segment dropped under a reader)."""

@@ -52,6 +52,8 @@ ENV_TIERING_INTERVAL_MS = "HEADWATER_TIERING_INTERVAL_MS"
 ENV_TIERING_INLINE = "HEADWATER_TIERING_INLINE"
 ENV_EPHEMERAL_RETENTION_MS = "HEADWATER_EPHEMERAL_RETENTION_MS"
 ENV_MEMORY_RETENTION_MS = "HEADWATER_MEMORY_RETENTION_MS"
+ENV_AWS_READ_TIMEOUT_MS = "HEADWATER_AWS_READ_TIMEOUT_MS"  # botocore read timeout per attempt
+ENV_AWS_MAX_ATTEMPTS = "HEADWATER_AWS_MAX_ATTEMPTS"  # botocore attempts per call (1 + retries)
 ENV_EMULATOR_PORT = "HEADWATER_EMULATOR_PORT"  # `make run`: fixed port for the embedded moto
 # /api/v1 notifications (aviso-compatible): the schema, and aviso's `watch_endpoint` settings
 ENV_NOTIFICATION_SCHEMA = "HEADWATER_NOTIFICATION_SCHEMA"  # a file path or s3://bucket/key
@@ -340,6 +342,8 @@ class Settings:
     notify: NotifySettings = field(default_factory=NotifySettings)
     flags: FlagSettings = field(default_factory=FlagSettings)
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
+    aws_read_timeout_ms: int = 30_000
+    aws_max_attempts: int = 8
 
     @property
     def bucket_name(self) -> str:
@@ -400,6 +404,8 @@ class Settings:
             notify=_notify(e),
             flags=_flags(e),
             dashboard=_dashboard(e, _int(e, ENV_POLL_MS, 200, 10)),
+            aws_read_timeout_ms=_int(e, ENV_AWS_READ_TIMEOUT_MS, 30_000, 100),
+            aws_max_attempts=_int(e, ENV_AWS_MAX_ATTEMPTS, 8, 1),
             tiering=Tiering(
                 seal_records=_int(e, ENV_SEAL_RECORDS, 4096, 1),
                 seal_bytes=_int(e, ENV_SEAL_BYTES, 4 << 20, 1),

@@ -6,13 +6,79 @@ under concurrent requests also erases other requests' writes. DynamoDB itself ch
 condition and then applies all writes atomically; this replacement does exactly that:
 phase 1 evaluates all conditions without writing, phase 2 applies, with an item-level undo
 log if an apply step raises. Callers must serialize requests (see moto_serialized.py) or run
-single-threaded, as in-process tests do."""
+single-threaded, as in-process tests do.
+
+moto 5.2.5 also ignores TransactWriteItems' ClientRequestToken (a retried transaction whose
+first attempt applied fails its conditions, where DynamoDB answers success): `_token_cache`
+gives it DynamoDB's semantics. A token seen on a committed transaction in the last 10
+minutes answers success again without applying anything when the request is identical, and
+IdempotentParameterMismatchException when it is not. HEADWATER_EMULATOR_TOKENS=off turns
+this off (stock moto) so tests can also prove the commit-id path, which works without it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import threading
+import time
 from typing import Any
 
 _APPLIED = False
+TOKEN_WINDOW_S = 600.0
+ENV_TOKENS = "HEADWATER_EMULATOR_TOKENS"
+_tokens: dict[str, tuple[str, float]] = {}
+_tokens_lock = threading.Lock()
+
+
+def tokens_enabled() -> bool:
+    return os.environ.get(ENV_TOKENS, "on").lower() not in ("off", "0", "false", "no")
+
+
+def _fingerprint(body: dict[str, Any]) -> str:
+    payload = json.dumps(
+        body.get("TransactItems"), sort_keys=True, separators=(",", ":"), default=repr
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _token_cache() -> None:
+    from moto.core.responses import ActionResult
+    from moto.dynamodb.exceptions import DynamodbException
+    from moto.dynamodb.responses import DynamoHandler
+
+    class IdempotentParameterMismatch(DynamodbException):
+        error_type = "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException"
+
+        def __init__(self) -> None:
+            super().__init__(
+                self.error_type,
+                message="Request was submitted with a ClientRequestToken already used "
+                "for a different request",
+            )
+
+    original = DynamoHandler.transact_write_items
+
+    def transact_write_items(self: Any) -> ActionResult:
+        token = self.body.get("ClientRequestToken")
+        if not token or not tokens_enabled():
+            return original(self)
+        fingerprint = _fingerprint(self.body)
+        now = time.monotonic()
+        with _tokens_lock:
+            for old in [t for t, (_, at) in _tokens.items() if now - at > TOKEN_WINDOW_S]:
+                del _tokens[old]
+            seen = _tokens.get(token)
+        if seen is not None:
+            if seen[0] != fingerprint:
+                raise IdempotentParameterMismatch()
+            return ActionResult({"ConsumedCapacity": [], "ItemCollectionMetrics": {}})
+        result = original(self)  # raises when cancelled: only committed tokens are kept
+        with _tokens_lock:
+            _tokens[token] = (fingerprint, time.monotonic())
+        return result
+
+    DynamoHandler.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
 def apply() -> None:
@@ -101,6 +167,7 @@ def apply() -> None:
             raise
 
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    _token_cache()
     _memoize_dispatch()
     _APPLIED = True
 

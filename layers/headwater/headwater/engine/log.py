@@ -55,6 +55,7 @@ from headwater.engine.values import (
 from headwater.errors import (
     HeadwaterError,
     InvalidRequest,
+    OutcomeUnknown,
     StorageUnavailable,
     Throttled,
     TopicExistsIncompatible,
@@ -357,6 +358,7 @@ class LogEngine:
             try:
                 results = await self._io(self._commit_group, topic, [p.req for p in group])
             except BaseException as exc:  # every waiter learns of the failure
+                self._head_cache.pop(topic, None)  # the commit's outcome may be unknown
                 for p in group:
                     if not p.future.done():
                         p.future.set_exception(exc)
@@ -664,8 +666,21 @@ class LogEngine:
             ext_new=guard.ext if guard is not None and not creating else None,
         )
         try:
-            self.tail.commit_append(commit)
+            repeated = self.tail.commit_append(commit)
         except AppendRejected as rej:
+            cur = rej.current_head
+            if (
+                rej.unconfirmed
+                and cur is not None
+                and cur.epoch == epoch
+                and (cur.trimmed_through >= last or cur.evict_floor > last)
+            ):
+                # An earlier attempt may have applied and its frame since been sealed away or
+                # evicted: neither writing again (a duplicate) nor refusing (maybe a lie).
+                raise OutcomeUnknown(
+                    "storage did not confirm the append and its seqs have since left the "
+                    "tail; it may or may not have applied (retry with an idempotency key)"
+                ) from rej
             if spill_key:
                 self.blobs.delete_many([spill_key])
             for i in admitted:
@@ -690,8 +705,13 @@ class LogEngine:
             unsealed_bytes=base.unsealed_bytes + payload,
             ext=guard.ext if guard is not None else base.ext,
         )
-        self._head_cache[topic] = committed
-        self.known.note(committed)
+        if repeated:
+            # A lost response, retried: our commit applied, but others may have appended
+            # since, so the head after it is not known here.
+            self._head_cache.pop(topic, None)
+        else:
+            self._head_cache[topic] = committed
+            self.known.note(committed)
         frame = Frame(
             first_seq=first,
             last_seq=last,

@@ -621,6 +621,8 @@ class QueueEngine:
                 [(lease.seq, guard) for lease, guard in chunk],
                 records,
                 len(chunk) if dead_letter else 0,
+                held_until={lease.seq: lease.due for lease, _ in chunk if lease.node},
+                now_ms=self.log.clock(),
             )
             failed = self.store.complete(commit)
             if not failed:

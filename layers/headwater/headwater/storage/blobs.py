@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from headwater.errors import BlobNotFound, StorageUnavailable
 
@@ -20,13 +20,13 @@ class S3BlobStore:
     def put(self, key: str, body: bytes) -> None:
         try:
             self._s3.put_object(Bucket=self._bucket, Key=key, Body=body)
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise StorageUnavailable(f"blob put failed: {key}") from exc
 
     def get(self, key: str) -> bytes:
         try:
             body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise StorageUnavailable(f"blob get failed: {key}") from exc
         return body
 
@@ -41,6 +41,8 @@ class S3BlobStore:
             if exc.response.get("Error", {}).get("Code") in _MISSING:
                 raise BlobNotFound(f"no such blob: {key}") from exc
             raise StorageUnavailable(f"blob range get failed: {key}") from exc
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"blob range get failed: {key}") from exc
         return body
 
     def find(self, key: str) -> bytes | None:
@@ -51,6 +53,8 @@ class S3BlobStore:
             if exc.response.get("Error", {}).get("Code") in _MISSING:
                 return None
             raise StorageUnavailable(f"blob get failed: {key}") from exc
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"blob get failed: {key}") from exc
         return body
 
     def delete_many(self, keys: Sequence[str]) -> None:
@@ -58,7 +62,7 @@ class S3BlobStore:
             chunk = [{"Key": k} for k in keys[i : i + 1000]]
             try:
                 self._s3.delete_objects(Bucket=self._bucket, Delete={"Objects": chunk})
-            except ClientError as exc:
+            except (ClientError, BotoCoreError) as exc:
                 raise StorageUnavailable("blob delete failed") from exc
 
 

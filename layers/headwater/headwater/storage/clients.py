@@ -13,13 +13,17 @@ from botocore.config import Config
 
 from headwater.settings import Settings
 
-_CONFIG = Config(
-    retries={"max_attempts": 8, "mode": "adaptive"},
-    max_pool_connections=64,
-    connect_timeout=5,
-    read_timeout=30,
-    tcp_keepalive=True,
-)
+
+def client_config(settings: Settings) -> Config:
+    """Retries and timeouts of every client. botocore re-sends a request whose answer was
+    lost; the adapters make every write safe to re-send (storage/ddb.py)."""
+    return Config(
+        retries={"max_attempts": settings.aws_max_attempts, "mode": "adaptive"},
+        max_pool_connections=64,
+        connect_timeout=5,
+        read_timeout=settings.aws_read_timeout_ms / 1000,
+        tcp_keepalive=True,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,5 @@ class AwsClients:
     @classmethod
     def create(cls, settings: Settings, session: boto3.Session | None = None) -> AwsClients:
         s = session or boto3.Session(region_name=settings.region)
-        return cls(
-            dynamodb=s.client("dynamodb", config=_CONFIG),
-            s3=s.client("s3", config=_CONFIG),
-        )
+        config = client_config(settings)
+        return cls(dynamodb=s.client("dynamodb", config=config), s3=s.client("s3", config=config))

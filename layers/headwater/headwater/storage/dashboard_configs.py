@@ -12,11 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import call, error_code
+from headwater.storage.ddb import (
+    any_mine,
+    call,
+    failed_positions,
+    mark_cid,
+    new_cid,
+    transact,
+    write_once,
+)
 from headwater.storage.schema import DASHBOARD
 
 USER_PREFIX = "u#"
@@ -59,14 +65,6 @@ def _of(item: dict[str, Any]) -> DashboardConfig:
     )
 
 
-def _first_condition_failed(exc: ClientError) -> bool:
-    """A cancelled transaction whose first item's condition failed."""
-    if error_code(exc) != "TransactionCanceledException":
-        return False
-    reasons = exc.response.get("CancellationReasons") or [{}]
-    return str(reasons[0].get("Code")) == "ConditionalCheckFailed"
-
-
 class DynamoConfigStore:
     def __init__(self, client: Any, settings: Settings) -> None:
         self._ddb = client
@@ -82,35 +80,35 @@ class DynamoConfigStore:
             "updated": {"N": str(cfg.updated_ms)},
             "ver": {"N": str(cfg.version)},
         }
-        try:
-            self._ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": _counter_key(cfg.user_id),
-                            "UpdateExpression": "SET n = if_not_exists(n, :zero) + :one",
-                            "ConditionExpression": "attribute_not_exists(n) OR n < :max",
-                            "ExpressionAttributeValues": {
-                                ":zero": {"N": "0"},
-                                ":one": {"N": "1"},
-                                ":max": {"N": str(max_per_user)},
-                            },
-                        }
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": _counter_key(cfg.user_id),
+                    "UpdateExpression": "SET n = if_not_exists(n, :zero) + :one",
+                    "ConditionExpression": "attribute_not_exists(n) OR n < :max",
+                    "ExpressionAttributeValues": {
+                        ":zero": {"N": "0"},
+                        ":one": {"N": "1"},
+                        ":max": {"N": str(max_per_user)},
                     },
-                    {
-                        "Put": {
-                            "TableName": self._table,
-                            "Item": item,
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
-                ]
-            )
-        except ClientError as exc:
-            if _first_condition_failed(exc):
-                raise ConfigLimitReached from exc
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": item,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+        ]
+        cid = new_cid()
+        outcome = transact(self._ddb, mark_cid(items, cid), cid)
+        if outcome.committed or (outcome.retried and any_mine(outcome.reasons, cid)):
+            return  # (the new item holding our commit id: an earlier attempt applied)
+        if 0 in failed_positions(outcome.reasons):
+            raise ConfigLimitReached
+        raise StorageUnavailable("configuration id collided; retry")
 
     def get(self, user_id: str, config_id: str) -> DashboardConfig | None:
         resp = call(
@@ -193,42 +191,40 @@ class DynamoConfigStore:
         }
         if names:
             kwargs["ExpressionAttributeNames"] = names
-        try:
-            resp = self._ddb.update_item(**kwargs)
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return None
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return _of(resp["Attributes"])
+        # once: `ADD ver` must not apply twice when botocore re-sends the update
+        resp = write_once(self._ddb.update_item, once=True, **kwargs)
+        return _of(resp["Attributes"]) if resp is not None else None
 
     def delete(self, user_id: str, config_id: str) -> bool:
         """Delete a configuration (False when there is no such configuration)."""
-        try:
-            self._ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Delete": {
-                            "TableName": self._table,
-                            "Key": _key(user_id, config_id),
-                            "ConditionExpression": "attribute_exists(pk)",
-                        }
+        items: list[dict[str, Any]] = [
+            {
+                "Delete": {
+                    "TableName": self._table,
+                    "Key": _key(user_id, config_id),
+                    "ConditionExpression": "attribute_exists(pk)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": _counter_key(user_id),
+                    "UpdateExpression": "SET n = n - :one",
+                    "ConditionExpression": "n > :zero",
+                    "ExpressionAttributeValues": {
+                        ":zero": {"N": "0"},
+                        ":one": {"N": "1"},
                     },
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": _counter_key(user_id),
-                            "UpdateExpression": "SET n = n - :one",
-                            "ConditionExpression": "n > :zero",
-                            "ExpressionAttributeValues": {
-                                ":zero": {"N": "0"},
-                                ":one": {"N": "1"},
-                            },
-                        }
-                    },
-                ]
-            )
-        except ClientError as exc:
-            if _first_condition_failed(exc):
-                return False
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return True
+                }
+            },
+        ]
+        cid = new_cid()
+        outcome = transact(self._ddb, mark_cid(items, cid), cid)
+        if outcome.committed:
+            return True
+        if 0 in failed_positions(outcome.reasons):
+            # Gone. After a lost response the configuration may be gone by our own earlier
+            # attempt: the caller asked for it to be gone, and it is (as delete_once).
+            return outcome.retried and not outcome.reasons[0].get("Item")
+        raise StorageUnavailable("configuration counter out of step; retry")

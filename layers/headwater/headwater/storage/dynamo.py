@@ -8,12 +8,20 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from headwater.engine.records import Frame, decode_records
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import batch_delete, conditional, error_code
+from headwater.storage.ddb import (
+    CID_ATTR,
+    any_mine,
+    batch_delete,
+    conditional,
+    error_code,
+    new_cid,
+    transact,
+)
 from headwater.storage.ddb import call as _call
 from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
@@ -297,6 +305,8 @@ class DynamoHeadStore:
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
 
     def clear_tag_pending(self, head: Head, frame_last_seq: int) -> None:
         try:
@@ -311,6 +321,8 @@ class DynamoHeadStore:
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        except BotoCoreError as exc:
+            raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
 
 
 def _tag_sk(tag: str, frame_last_seq: int) -> str:
@@ -329,8 +341,12 @@ class DynamoLogTailStore:
         self._blob_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-s3")
 
     # --- append -------------------------------------------------------------------------
-    def commit_append(self, c: AppendCommit) -> None:
-        items: list[dict[str, Any]] = [self._head_op(c)]
+    def commit_append(self, c: AppendCommit) -> bool:
+        """Write the group commit in one transaction. Returns True when storage showed that
+        an earlier attempt of this same commit applied (its response was lost and the retry
+        found the commit id): committed, but the head may have moved on since."""
+        cid = c.cid or new_cid()
+        items: list[dict[str, Any]] = [self._head_op(c, cid)]
         frame: dict[str, Any] = {
             "pk": _s(f"{c.topic}#{(c.new_head or c.expected).epoch}"),  # type: ignore[union-attr]
             "sk": _n(c.last_seq),
@@ -339,6 +355,7 @@ class DynamoLogTailStore:
             "sz": _n(c.payload_bytes),
             "dn": _n(0),
             "dz": _n(0),
+            CID_ATTR: _s(cid),
         }
         if c.expires_s is not None:
             frame["ttl"] = _n(c.expires_s)
@@ -353,6 +370,8 @@ class DynamoLogTailStore:
                     "TableName": self._log_table,
                     "Item": frame,
                     "ConditionExpression": "attribute_not_exists(pk)",
+                    # the frame holding our commit id: an earlier attempt of ours applied
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             }
         )
@@ -385,6 +404,7 @@ class DynamoLogTailStore:
                             "l": _n(ie.last_seq),
                             "ex": _n(ie.expires_ms),
                             "ttl": _n(ie.expires_ms // 1000 + 1),
+                            CID_ATTR: _s(cid),
                         },
                         "ConditionExpression": "attribute_not_exists(pk) OR ex < :now",
                         "ExpressionAttributeValues": {":now": _n(c.ts)},
@@ -392,37 +412,42 @@ class DynamoLogTailStore:
                     }
                 }
             )
-        try:
-            self._ddb.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            code = error_code(exc)
-            if code != "TransactionCanceledException":
-                raise StorageUnavailable(f"storage error: {code}") from exc
-            reasons = exc.response.get("CancellationReasons") or []
-            head_conflict = False
-            current: Head | None = None
-            hits: dict[str, IdemHit | None] = {}
-            for idx, reason in enumerate(reasons):
-                rcode = reason.get("Code", "None")
-                if rcode in ("None", None, ""):
-                    continue
-                if idx == 0 and rcode == "ConditionalCheckFailed" and reason.get("Item"):
-                    current = head_from_item(reason["Item"])
-                if idx >= idem_start and rcode == "ConditionalCheckFailed":
-                    old = reason.get("Item")
-                    key = c.idem[idx - idem_start].key
-                    hits[key] = IdemHit(_i(old, "f"), _i(old, "l")) if old else None
-                elif rcode in ("ConditionalCheckFailed", "TransactionConflict"):
-                    head_conflict = True
-                elif rcode in ("ThrottlingError", "ProvisionedThroughputExceeded"):
-                    raise StorageUnavailable(f"storage throttled: {rcode}") from exc
-                else:
-                    head_conflict = True
-            if not reasons:
+        outcome = transact(self._ddb, items, cid)
+        if outcome.committed:
+            return False
+        reasons = outcome.reasons
+        if any_mine(reasons, cid):
+            return True  # an earlier attempt of this commit applied
+        head_conflict = False
+        current: Head | None = None
+        hits: dict[str, IdemHit | None] = {}
+        for idx, reason in enumerate(reasons):
+            rcode = reason.get("Code", "None")
+            if rcode in ("None", None, ""):
+                continue
+            if idx == 0 and rcode == "ConditionalCheckFailed" and reason.get("Item"):
+                current = head_from_item(reason["Item"])
+            if idx >= idem_start and rcode == "ConditionalCheckFailed":
+                old = reason.get("Item")
+                key = c.idem[idx - idem_start].key
+                hits[key] = IdemHit(_i(old, "f"), _i(old, "l")) if old else None
+            elif rcode in ("ConditionalCheckFailed", "TransactionConflict"):
                 head_conflict = True
-            raise AppendRejected(head_conflict, hits, current) from exc
+            elif rcode in ("ThrottlingError", "ProvisionedThroughputExceeded"):
+                raise StorageUnavailable(f"storage throttled: {rcode}")
+            else:
+                head_conflict = True
+        if not reasons:
+            head_conflict = True
+        frame_code = reasons[1].get("Code") if len(reasons) > 1 else None
+        raise AppendRejected(
+            head_conflict,
+            hits,
+            current,
+            unconfirmed=outcome.retried and frame_code in ("None", None, ""),
+        )
 
-    def _head_op(self, c: AppendCommit) -> dict[str, Any]:
+    def _head_op(self, c: AppendCommit, cid: str) -> dict[str, Any]:
         if c.new_head is not None:
             if c.expected is None:
                 cond: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
@@ -434,7 +459,7 @@ class DynamoLogTailStore:
             return {
                 "Put": {
                     "TableName": self._heads_table,
-                    "Item": head_to_item(c.new_head),
+                    "Item": {**head_to_item(c.new_head), CID_ATTR: _s(cid)},
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                     **cond,
                 }
@@ -443,8 +468,10 @@ class DynamoLogTailStore:
         assert h is not None
         n = c.last_seq - c.first_seq + 1
         sets = ["hs = :h2", "cnt = cnt + :n", "byt = byt + :b", "lw = :ts", "ub = ub + :b"]
+        sets.append(f"{CID_ATTR} = :cid")
         names: dict[str, str] = {}
         values: dict[str, Any] = {
+            ":cid": _s(cid),
             ":h2": _n(c.last_seq),
             ":n": _n(n),
             ":b": _n(c.payload_bytes),
@@ -640,8 +667,10 @@ class DynamoLogTailStore:
 
     # --- deletes ------------------------------------------------------------------------
     def commit_delete(self, d: DeleteCommit) -> bool:
-        sets = ["dv = dv + :one", "cnt = cnt - :dc", "byt = byt - :db"]
+        cid = new_cid()
+        sets = ["dv = dv + :one", "cnt = cnt - :dc", "byt = byt - :db", f"{CID_ATTR} = :cid"]
         values: dict[str, Any] = {
+            ":cid": _s(cid),
             ":one": _n(1),
             ":dc": _n(d.count_delta),
             ":db": _n(d.bytes_delta),
@@ -661,6 +690,7 @@ class DynamoLogTailStore:
                     "ConditionExpression": "ep = :ep AND dv = :dv AND st = :st"
                     " AND attribute_not_exists(dl)",
                     "ExpressionAttributeValues": values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             }
         ]
@@ -673,13 +703,9 @@ class DynamoLogTailStore:
         for fd in d.segments:
             key = {"pk": _s(seg_pk), "sk": _s(segment_sk(fd.frame_last_seq))}
             items.append(_delete_marks(self._index_table, key, fd))
-        try:
-            self._ddb.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            if error_code(exc) == "TransactionCanceledException":
-                return False
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return True
+        outcome = transact(self._ddb, items, cid)
+        # the head holding our commit id: an earlier attempt applied (its dv step shows it)
+        return outcome.committed or any_mine(outcome.reasons, cid)
 
     # --- tiering ------------------------------------------------------------------------
     def frame_summaries(

@@ -14,15 +14,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import error_code
+from headwater.storage.ddb import conditional, delete_once
 from headwater.storage.schema import LEASES
 
 PK_PREFIX = "flagconn#"
-CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
 class DynamoFlagSlots:
@@ -47,53 +43,41 @@ class DynamoFlagSlots:
                 "exp": {"N": str(now_ms + lease_ms)},
                 "ttl": {"N": str((now_ms + lease_ms) // 1000 + 3600)},
             }
-            try:
-                self._ddb.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(pk) OR #e < :now",
-                    ExpressionAttributeNames={"#e": "exp"},
-                    ExpressionAttributeValues={":now": {"N": str(now_ms)}},
-                )
-            except ClientError as exc:
-                if error_code(exc) == CONDITION_FAILED:
-                    continue
-                raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-            return slot
+            # retry-safe: a slot our own lost attempt took is recognised, not left held
+            if conditional(
+                self._ddb.put_item,
+                TableName=self._table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR #e < :now",
+                ExpressionAttributeNames={"#e": "exp"},
+                ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+            ):
+                return slot
         return None
 
     def renew(self, principal_id: str, slot: int, owner: str, now_ms: int, lease_ms: int) -> bool:
         """Extend the lease; False when the slot is no longer this owner's (it expired and
         another connection took it)."""
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(principal_id, slot),
-                UpdateExpression="SET #e = :exp, #t = :ttl",
-                ConditionExpression="#o = :own",
-                ExpressionAttributeNames={"#e": "exp", "#t": "ttl", "#o": "own"},
-                ExpressionAttributeValues={
-                    ":exp": {"N": str(now_ms + lease_ms)},
-                    ":ttl": {"N": str((now_ms + lease_ms) // 1000 + 3600)},
-                    ":own": {"S": owner},
-                },
-            )
-        except ClientError as exc:
-            if error_code(exc) == CONDITION_FAILED:
-                return False
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._key(principal_id, slot),
+            UpdateExpression="SET #e = :exp, #t = :ttl",
+            ConditionExpression="#o = :own",
+            ExpressionAttributeNames={"#e": "exp", "#t": "ttl", "#o": "own"},
+            ExpressionAttributeValues={
+                ":exp": {"N": str(now_ms + lease_ms)},
+                ":ttl": {"N": str((now_ms + lease_ms) // 1000 + 3600)},
+                ":own": {"S": owner},
+            },
+        )
 
     def release(self, principal_id: str, slot: int, owner: str) -> None:
-        try:
-            self._ddb.delete_item(
-                TableName=self._table,
-                Key=self._key(principal_id, slot),
-                ConditionExpression="#o = :own",
-                ExpressionAttributeNames={"#o": "own"},
-                ExpressionAttributeValues={":own": {"S": owner}},
-            )
-        except ClientError as exc:
-            if error_code(exc) == CONDITION_FAILED:
-                return
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        delete_once(
+            self._ddb.delete_item,
+            TableName=self._table,
+            Key=self._key(principal_id, slot),
+            ConditionExpression="#o = :own",
+            ExpressionAttributeNames={"#o": "own"},
+            ExpressionAttributeValues={":own": {"S": owner}},
+        )

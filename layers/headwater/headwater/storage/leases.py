@@ -15,14 +15,23 @@ processes can never both hold a job: the loser's condition fails and it re-reads
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import error_code
+from headwater.storage.ddb import (
+    TxnOutcome,
+    any_mine,
+    error_code,
+    failed_positions,
+    mark_cid,
+    new_cid,
+    transact,
+)
 from headwater.storage.ports import Guard, Head, Lease, LeaseCommit, QueueState
 from headwater.storage.schema import HEADS, LEASES, LOG
 
@@ -81,6 +90,41 @@ def _guard(guard: Guard, values: dict[str, Any], tag: str) -> str:
     return " AND ".join(parts)
 
 
+def _failed(outcome: TxnOutcome, cid: str) -> set[int]:
+    if outcome.committed or (outcome.retried and any_mine(outcome.reasons, cid)):
+        return set()
+    return failed_positions(outcome.reasons) or {CONFLICT}
+
+
+def _ours_before(
+    c: LeaseCommit, reasons: list[dict[str, Any]], lease_start: int, answered_ms: int
+) -> bool:
+    """Read-back of a finish whose response was lost and whose retry was refused (a backend
+    that ignores ClientRequestToken): every refusal must be what our own applied commit
+    leaves behind. The lease items are gone, and nobody else could have ended them (each
+    was ours, and unexpired, when storage answered: only its holder may finish it before
+    its deadline); the records' frames already hold their seqs as deleted; a refused head
+    shows the floor moved past them, in the same epoch."""
+    wanted: dict[int, set[int]] = {}
+    for frame, seq, _ in c.records:
+        wanted.setdefault(frame, set()).add(seq)
+    frames = sorted(wanted)
+    for pos in failed_positions(reasons):
+        item = reasons[pos].get("Item")
+        if pos == 0:
+            if not item or int(item.get("ep", {}).get("N", "0")) != c.head.epoch or "dl" in item:
+                return False
+        elif pos < lease_start:
+            dx = {int(x) for x in (item or {}).get("dx", {}).get("NS", [])}
+            if not wanted[frames[pos - 1]] <= dx:
+                return False
+        else:
+            seq = c.leases[pos - lease_start][0]
+            if item is not None or c.held_until.get(seq, 0) <= answered_ms:
+                return False
+    return True
+
+
 class DynamoLeaseStore:
     def __init__(self, client: Any, settings: Settings) -> None:
         self._ddb = client
@@ -112,6 +156,8 @@ class DynamoLeaseStore:
                 resp = self._ddb.query(**kwargs)
             except ClientError as exc:
                 raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+            except BotoCoreError as exc:
+                raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
             scanned += int(resp.get("ScannedCount", 0))
             for item in resp.get("Items", []):
                 if item["sk"]["N"] == "0":
@@ -139,6 +185,8 @@ class DynamoLeaseStore:
                     resp = self._ddb.batch_get_item(RequestItems=pending)
                 except ClientError as exc:
                     raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+                except BotoCoreError as exc:
+                    raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
                 for item in resp.get("Responses", {}).get(self._table, []):
                     lease = _lease_from_item(item)
                     out[lease.seq] = lease
@@ -146,23 +194,11 @@ class DynamoLeaseStore:
         return out
 
     # --- writes -------------------------------------------------------------------------
-    def _transact(self, items: list[dict[str, Any]]) -> set[int]:
-        """Run one transaction: the empty set when it committed, else the positions of the
-        items whose condition failed, or {CONFLICT} when it was cancelled for another reason
-        (a concurrent transaction on the same items: retry)."""
-        try:
-            self._ddb.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            code = error_code(exc)
-            if code != "TransactionCanceledException":
-                raise StorageUnavailable(f"storage error: {code}") from exc
-            reasons = exc.response.get("CancellationReasons") or []
-            codes = [r.get("Code") for r in reasons]
-            if any(c in ("ThrottlingError", "ProvisionedThroughputExceeded") for c in codes):
-                raise StorageUnavailable("storage throttled; retry") from exc
-            failed = {i for i, c in enumerate(codes) if c == "ConditionalCheckFailed"}
-            return failed or {CONFLICT}
-        return set()
+    def _transact(self, items: list[dict[str, Any]], cid: str) -> set[int]:
+        """Run one retry-safe transaction whose puts and updates carry `cid` (mark_cid): the
+        empty set when it committed (now, or in an earlier attempt whose response was lost),
+        else the positions of the items whose condition failed."""
+        return _failed(transact(self._ddb, items, cid), cid)
 
     def claim(
         self,
@@ -220,7 +256,8 @@ class DynamoLeaseStore:
             )
         if not items:
             return set()
-        failed = self._transact(items)
+        cid = new_cid()
+        failed = self._transact(mark_cid(items, cid), cid)
         if cursor is None and CONFLICT not in failed:
             return {i + 1 for i in failed}
         return failed
@@ -245,7 +282,10 @@ class DynamoLeaseStore:
                     }
                 }
             )
-        return self._transact(items) if items else set()
+        if not items:
+            return set()
+        cid = new_cid()
+        return self._transact(mark_cid(items, cid), cid)
 
     def complete(self, c: LeaseCommit) -> set[int]:
         """Finish jobs in one transaction: delete each lease item on its guard and, for the
@@ -273,6 +313,7 @@ class DynamoLeaseStore:
                         "ConditionExpression": "ep = :ep AND attribute_not_exists(dl) "
                         "AND es <= :lo",
                         "ExpressionAttributeValues": values,
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                     }
                 }
             )
@@ -309,9 +350,11 @@ class DynamoLeaseStore:
                         "UpdateExpression": "ADD dx :seqs SET dn = dn + :k, dz = dz + :b",
                         "ConditionExpression": " AND ".join(conds),
                         "ExpressionAttributeValues": fvalues,
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                     }
                 }
             )
+        lease_start = len(items)
         for i, (seq, guard) in enumerate(c.leases):
             lvalues: dict[str, Any] = {}
             items.append(
@@ -320,6 +363,7 @@ class DynamoLeaseStore:
                         "TableName": self._table,
                         "Key": {"pk": {"S": c.qkey}, "sk": _n(seq)},
                         "ConditionExpression": _guard(guard, lvalues, str(i)),
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                         **({"ExpressionAttributeValues": lvalues} if lvalues else {}),
                     }
                 }
@@ -335,7 +379,15 @@ class DynamoLeaseStore:
                     }
                 }
             )
-        return self._transact(items)
+        cid = new_cid()
+        sent = time.monotonic()
+        outcome = transact(self._ddb, mark_cid(items, cid), cid)
+        failed = _failed(outcome, cid)
+        if failed and outcome.retried and CONFLICT not in failed:
+            answered_ms = c.now_ms + int((time.monotonic() - sent) * 1000)
+            if _ours_before(c, outcome.reasons, lease_start, answered_ms):
+                return set()
+        return failed
 
     def clear(self, qkey: str) -> int:
         """Delete a queue instance's items (its topic was deleted). Best effort: leftovers of
@@ -353,5 +405,7 @@ class DynamoLeaseStore:
                     resp = self._ddb.batch_write_item(RequestItems=pending)
                 except ClientError as exc:
                     raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+                except BotoCoreError as exc:
+                    raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
                 pending = resp.get("UnprocessedItems") or {}
         return len(requests)

@@ -97,6 +97,9 @@ class AppendCommit:
     # Guarded appends: the head's ext must still equal ext_expected, and becomes ext_new.
     ext_expected: str | None = None
     ext_new: str | None = None
+    # The commit id (and ClientRequestToken): the same for every attempt of this commit, so
+    # a retry recognises its own earlier success (storage/ddb.py). None: the adapter picks.
+    cid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,12 +190,17 @@ class AppendRejected(Exception):
         head_conflict: bool,
         idem_hits: dict[str, IdemHit | None],
         current_head: Head | None = None,
+        *,
+        unconfirmed: bool = False,
     ) -> None:
         super().__init__("append transaction cancelled")
         self.head_conflict = head_conflict
         self.idem_hits = idem_hits
         # The head as the failed condition saw it (saves a read on the retry), when known.
         self.current_head = current_head
+        # Several attempts were sent and no frame stands where ours would: if the head shows
+        # those seqs trimmed or evicted since, whether ours applied can no longer be seen.
+        self.unconfirmed = unconfirmed
 
 
 class HeadStore(Protocol):
@@ -214,7 +222,7 @@ class HeadStore(Protocol):
 
 
 class LogTailStore(Protocol):
-    def commit_append(self, commit: AppendCommit) -> None: ...
+    def commit_append(self, commit: AppendCommit) -> bool: ...  # True: applied earlier
     def read_frames(
         self, head: Head, after_seq: int, upto_seq: int, max_records: int, max_bytes: int = 0
     ) -> list[Frame]: ...  # stops at max_records records or max_bytes payload bytes (0: none)
@@ -346,6 +354,12 @@ class LeaseCommit:
     leases: list[tuple[int, Guard]]
     records: list[tuple[int, int, int]]
     dead_lettered: int = 0
+    # Read-back after a lost response (storage/leases.py): each lease's deadline as the
+    # finisher saw it, and the engine clock when it sent the commit. A lease that is gone
+    # although nobody else could have ended it yet (held by us, not yet expired) was ended
+    # by an earlier attempt of this commit.
+    held_until: dict[int, int] = field(default_factory=dict)
+    now_ms: int = 0
 
 
 class LeaseStore(Protocol):

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import conditional, error_code
+from headwater.storage.ddb import call, conditional
 from headwater.storage.schema import INDEX
 
 QUOTA_PK = "quota"
@@ -42,28 +39,25 @@ class DynamoQuotaStore:
                 return False
             kwargs["ConditionExpression"] = "attribute_not_exists(n) OR n <= :lim"
             kwargs["ExpressionAttributeValues"][":lim"] = {"N": str(cap - amount)}
-        return conditional(self._ddb.update_item, **kwargs)
+        # once: the counter step must not apply twice when botocore re-sends it
+        return conditional(self._ddb.update_item, once=True, **kwargs)
 
     def release(self, name: str, amount: int) -> None:
         if amount <= 0:
             return
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(name),
-                UpdateExpression="SET n = if_not_exists(n, :z) - :a",
-                ExpressionAttributeValues={":a": {"N": str(amount)}, ":z": {"N": "0"}},
-            )
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        conditional(
+            self._ddb.update_item,
+            once=True,
+            TableName=self._table,
+            Key=self._key(name),
+            UpdateExpression="SET n = if_not_exists(n, :z) - :a",
+            ExpressionAttributeValues={":a": {"N": str(amount)}, ":z": {"N": "0"}},
+        )
 
     def get(self, name: str) -> int | None:
-        try:
-            resp = self._ddb.get_item(
-                TableName=self._table, Key=self._key(name), ConsistentRead=True
-            )
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        resp = call(
+            self._ddb.get_item, TableName=self._table, Key=self._key(name), ConsistentRead=True
+        )
         item = resp.get("Item")
         return int(item["n"]["N"]) if item and "n" in item else None
 

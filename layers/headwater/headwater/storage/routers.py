@@ -14,11 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import conditional, error_code
+from headwater.storage.ddb import call, conditional, delete_once, write_once
 from headwater.storage.ports import RouterItem
 from headwater.storage.schema import INDEX
 
@@ -77,52 +74,41 @@ class DynamoRouterStore:
             "ExpressionAttributeValues": {":pk": {"S": ROUTERS_PK}},
             "ConsistentRead": True,
         }
-        try:
-            while True:
-                resp = self._ddb.query(**kwargs)
-                out.extend(_item(it) for it in resp.get("Items", []))
-                last = resp.get("LastEvaluatedKey")
-                if not last:
-                    return out
-                kwargs["ExclusiveStartKey"] = last
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        while True:
+            resp = call(self._ddb.query, **kwargs)
+            out.extend(_item(it) for it in resp.get("Items", []))
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return out
+            kwargs["ExclusiveStartKey"] = last
 
     def get(self, name: str) -> RouterItem | None:
-        try:
-            resp = self._ddb.get_item(
-                TableName=self._table, Key=self._key(name), ConsistentRead=True
-            )
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        resp = call(
+            self._ddb.get_item, TableName=self._table, Key=self._key(name), ConsistentRead=True
+        )
         it = resp.get("Item")
         return _item(it) if it else None
 
     def put(self, item: RouterItem) -> None:
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(item.name),
-                UpdateExpression=(
-                    "SET def = :d, cur = if_not_exists(cur, :c), fwd = if_not_exists(fwd, :z)"
-                ),
-                ExpressionAttributeValues={
-                    ":d": {"S": _definition(item)},
-                    ":c": {"N": str(item.cursor)},
-                    ":z": {"N": "0"},
-                },
-            )
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        call(  # idempotent: a repeat after a lost response writes the same
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._key(item.name),
+            UpdateExpression=(
+                "SET def = :d, cur = if_not_exists(cur, :c), fwd = if_not_exists(fwd, :z)"
+            ),
+            ExpressionAttributeValues={
+                ":d": {"S": _definition(item)},
+                ":c": {"N": str(item.cursor)},
+                ":z": {"N": "0"},
+            },
+        )
 
     def delete(self, name: str) -> bool:
-        try:
-            resp = self._ddb.delete_item(
-                TableName=self._table, Key=self._key(name), ReturnValues="ALL_OLD"
-            )
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return bool(resp.get("Attributes"))
+        return (
+            delete_once(self._ddb.delete_item, TableName=self._table, Key=self._key(name))
+            is not None
+        )
 
     def advance(self, name: str, expected_cursor: int, cursor: int, forwarded: int) -> bool:
         """Move the cursor forward and add to forwarded_total, only if nobody else moved it
@@ -144,26 +130,22 @@ class DynamoRouterStore:
         """Take or renew the forwarding lease until now + ttl. Returns the router as stored
         after the write (a strongly consistent cursor), or None: another owner holds an
         unexpired lease, or the router is gone."""
-        try:
-            resp = self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(name),
-                UpdateExpression="SET lo = :o, lx = :x",
-                ConditionExpression=(
-                    "attribute_exists(pk) AND (attribute_not_exists(lo) OR lo = :o OR lx < :now)"
-                ),
-                ExpressionAttributeValues={
-                    ":o": {"S": owner},
-                    ":x": {"N": str(now_ms + ttl_ms)},
-                    ":now": {"N": str(now_ms)},
-                },
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return None
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return _item(resp["Attributes"])
+        resp = write_once(
+            self._ddb.update_item,
+            TableName=self._table,
+            Key=self._key(name),
+            UpdateExpression="SET lo = :o, lx = :x",
+            ConditionExpression=(
+                "attribute_exists(pk) AND (attribute_not_exists(lo) OR lo = :o OR lx < :now)"
+            ),
+            ExpressionAttributeValues={
+                ":o": {"S": owner},
+                ":x": {"N": str(now_ms + ttl_ms)},
+                ":now": {"N": str(now_ms)},
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return _item(resp["Attributes"]) if resp is not None else None
 
     def release(self, name: str, owner: str) -> bool:
         """Give the lease up if it is still ours (False: it was not, or the router is gone)."""

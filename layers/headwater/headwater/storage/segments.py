@@ -9,11 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import batch_delete, error_code
+from headwater.storage.ddb import CID_ATTR, any_mine, batch_delete, new_cid, transact
 from headwater.storage.ddb import call as _call
 from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
@@ -72,7 +69,9 @@ class DynamoSegmentStore:
         """Put the segment item and move sealed_through in one transaction, only if the head
         is as read: same epoch, no record delete since (dv), nobody else sealed (st)."""
         seg, h = c.segment, c.head
+        cid = new_cid()
         item: dict[str, Any] = {
+            CID_ATTR: _s(cid),
             "pk": _s(segment_pk(h.topic, h.epoch)),
             "sk": _s(segment_sk(seg.last_seq)),
             "fs": _n(seg.first_seq),
@@ -94,16 +93,19 @@ class DynamoSegmentStore:
                     "TableName": self._table,
                     "Item": item,
                     "ConditionExpression": "attribute_not_exists(pk)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
             {
                 "Update": {
                     "TableName": self._heads_table,
                     "Key": {"pk": _s(h.topic)},
-                    "UpdateExpression": "SET st = :st, ub = ub - :sb",
+                    "UpdateExpression": f"SET st = :st, ub = ub - :sb, {CID_ATTR} = :cid",
                     "ConditionExpression": "ep = :ep AND dv = :dv AND st = :old"
                     " AND attribute_not_exists(dl)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                     "ExpressionAttributeValues": {
+                        ":cid": _s(cid),
                         ":st": _n(seg.last_seq),
                         ":sb": _n(c.sealed_bytes),
                         ":ep": _n(h.epoch),
@@ -113,13 +115,9 @@ class DynamoSegmentStore:
                 }
             },
         ]
-        try:
-            self._ddb.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            if error_code(exc) == "TransactionCanceledException":
-                return False
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return True
+        outcome = transact(self._ddb, items, cid)
+        # the segment item or the head holding our commit id: an earlier attempt applied
+        return outcome.committed or any_mine(outcome.reasons, cid)
 
     def delete_items(self, head: Head, last_seqs: Sequence[int]) -> None:
         pk = _s(segment_pk(head.topic, head.epoch))

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import conditional, error_code
+from headwater.storage.ddb import call, conditional, delete_once
 from headwater.storage.ports import WatchSessionItem
 from headwater.storage.schema import SESSIONS
 
@@ -42,18 +39,12 @@ class DynamoSessionStore:
         }
         if item.cursors is not None:
             attrs["cur"] = {"S": item.cursors}
-        try:
-            self._ddb.put_item(TableName=self._table, Item=attrs)
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        call(self._ddb.put_item, TableName=self._table, Item=attrs)
 
     def get(self, wid: str) -> WatchSessionItem | None:
-        try:
-            resp = self._ddb.get_item(
-                TableName=self._table, Key=self._key(wid), ConsistentRead=True
-            )
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        resp = call(
+            self._ddb.get_item, TableName=self._table, Key=self._key(wid), ConsistentRead=True
+        )
         it = resp.get("Item")
         if not it:
             return None
@@ -91,13 +82,11 @@ class DynamoSessionStore:
 
     def delete(self, wid: str) -> bool:
         """True if this call removed the session (so exactly one caller releases its slot)."""
-        try:
-            resp = self._ddb.delete_item(
-                TableName=self._table, Key=self._key(wid), ReturnValues="ALL_OLD"
-            )
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        return bool(resp.get("Attributes"))
+        # (a delete repeated after a lost response finds nothing: it still counts as ours)
+        return (
+            delete_once(self._ddb.delete_item, TableName=self._table, Key=self._key(wid))
+            is not None
+        )
 
     def sweep(self, now_ms: int) -> int:
         """The GC sweep (spec §7.1/§11): delete every session idle past its TTL and return
@@ -108,32 +97,26 @@ class DynamoSessionStore:
             "TableName": self._table,
             "ProjectionExpression": "pk, sk, la, tm",
         }
-        try:
-            while True:
-                resp = self._ddb.scan(**kwargs)
-                for it in resp.get("Items", []):
-                    if it.get("sk", {}).get("S") != WATCH_SK:
-                        continue
-                    if now_ms - int(it["la"]["N"]) > int(it["tm"]["N"]):
-                        self._delete_if_idle(it)
-                    else:
-                        live += 1
-                last = resp.get("LastEvaluatedKey")
-                if not last:
-                    return live
-                kwargs["ExclusiveStartKey"] = last
-        except ClientError as exc:
-            raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
+        while True:
+            resp = call(self._ddb.scan, **kwargs)
+            for it in resp.get("Items", []):
+                if it.get("sk", {}).get("S") != WATCH_SK:
+                    continue
+                if now_ms - int(it["la"]["N"]) > int(it["tm"]["N"]):
+                    self._delete_if_idle(it)
+                else:
+                    live += 1
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return live
+            kwargs["ExclusiveStartKey"] = last
 
     def _delete_if_idle(self, it: dict[str, Any]) -> None:
         # Conditional on the last access we saw: a stream that touched it meanwhile wins.
-        try:
-            self._ddb.delete_item(
-                TableName=self._table,
-                Key=self._key(it["pk"]["S"]),
-                ConditionExpression="la = :la",
-                ExpressionAttributeValues={":la": it["la"]},
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        delete_once(
+            self._ddb.delete_item,
+            TableName=self._table,
+            Key=self._key(it["pk"]["S"]),
+            ConditionExpression="la = :la",
+            ExpressionAttributeValues={":la": it["la"]},
+        )

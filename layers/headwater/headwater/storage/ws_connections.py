@@ -25,11 +25,11 @@ from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
-from headwater.storage.ddb import error_code
+from headwater.storage.ddb import conditional, delete_once, error_code
 from headwater.storage.schema import INDEX, SESSIONS
 
 CONNECTION_PK = "wsc#"
@@ -67,8 +67,10 @@ class ConnectionGone(Exception):
     """The client has disconnected (API Gateway's GoneException)."""
 
 
-def _storage_error(exc: ClientError) -> StorageUnavailable:
-    return StorageUnavailable(f"storage error: {error_code(exc)}")
+def _storage_error(exc: ClientError | BotoCoreError) -> StorageUnavailable:
+    if isinstance(exc, ClientError):
+        return StorageUnavailable(f"storage error: {error_code(exc)}")
+    return StorageUnavailable(f"storage unreachable: {type(exc).__name__}")
 
 
 class DynamoWsStore:
@@ -96,7 +98,7 @@ class DynamoWsStore:
             item["tp"] = {"SS": sorted(conn.topics)}
         try:
             self._ddb.put_item(TableName=self._sessions, Item=item)
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise _storage_error(exc) from exc
 
     @staticmethod
@@ -117,7 +119,7 @@ class DynamoWsStore:
             resp = self._ddb.get_item(
                 TableName=self._sessions, Key=self._conn_key(connection_id), ConsistentRead=True
             )
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise _storage_error(exc) from exc
         it = resp.get("Item")
         if not it or int(it["ttl"]["N"]) < now_s:
@@ -127,13 +129,11 @@ class DynamoWsStore:
     def delete_connection(self, connection_id: str) -> WsConnection | None:
         """The removed connection, or None if it was already gone (so exactly one caller
         cleans up its subscriptions and releases its slot)."""
-        try:
-            resp = self._ddb.delete_item(
-                TableName=self._sessions, Key=self._conn_key(connection_id), ReturnValues="ALL_OLD"
-            )
-        except ClientError as exc:
-            raise _storage_error(exc) from exc
-        old = resp.get("Attributes")
+        old = delete_once(
+            self._ddb.delete_item, TableName=self._sessions, Key=self._conn_key(connection_id)
+        )
+        # (a delete repeated after a lost response finds nothing: the connection's item is
+        # then unknown, and its cleanup falls to the subscriptions' TTL)
         return self._connection(old) if old else None
 
     def add_topic(self, connection_id: str, topic: str) -> bool:
@@ -144,19 +144,14 @@ class DynamoWsStore:
         self._update_topics(connection_id, "DELETE", topic)
 
     def _update_topics(self, connection_id: str, action: str, topic: str) -> bool:
-        try:
-            self._ddb.update_item(
-                TableName=self._sessions,
-                Key=self._conn_key(connection_id),
-                UpdateExpression=f"{action} tp :t",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeValues={":t": {"SS": [topic]}},
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise _storage_error(exc) from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._sessions,
+            Key=self._conn_key(connection_id),
+            UpdateExpression=f"{action} tp :t",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":t": {"SS": [topic]}},
+        )
 
     def count_connections(self, now_s: int) -> int:
         """Live connections, by a paged Scan of the sessions table (the cap's recount: run
@@ -181,7 +176,7 @@ class DynamoWsStore:
                 if not last:
                     return live
                 kwargs["ExclusiveStartKey"] = last
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise _storage_error(exc) from exc
 
     # --- subscriptions (INDEX) --------------------------------------------------------
@@ -203,7 +198,7 @@ class DynamoWsStore:
         }
         try:
             self._ddb.put_item(TableName=self._index, Item=item)
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise _storage_error(exc) from exc
 
     def delete_subscription(self, topic: str, connection_id: str, gen: str | None = None) -> bool:
@@ -212,18 +207,11 @@ class DynamoWsStore:
         kwargs: dict[str, Any] = {
             "TableName": self._index,
             "Key": self._sub_key(topic, connection_id),
-            "ReturnValues": "ALL_OLD",
         }
         if gen is not None:
             kwargs["ConditionExpression"] = "gen = :g"
             kwargs["ExpressionAttributeValues"] = {":g": {"S": gen}}
-        try:
-            resp = self._ddb.delete_item(**kwargs)
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise _storage_error(exc) from exc
-        return bool(resp.get("Attributes"))
+        return delete_once(self._ddb.delete_item, **kwargs) is not None
 
     def subscriptions(self, topic: str, now_s: int) -> list[WsSubscription]:
         """Every live subscription of `topic` (one strongly consistent, paged Query)."""
@@ -258,32 +246,27 @@ class DynamoWsStore:
                 if not last:
                     return out
                 kwargs["ExclusiveStartKey"] = last
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise _storage_error(exc) from exc
 
     def advance(self, sub: WsSubscription, cursor: int, live: bool, fresh: bool) -> bool:
         """Move the cursor on if it still reads `sub.cursor` and the subscription is still
         `sub.gen`. False: another delivery moved it first (or the client unsubscribed or
         subscribed again); never recreates a removed subscription."""
-        try:
-            self._ddb.update_item(
-                TableName=self._index,
-                Key=self._sub_key(sub.topic, sub.connection_id),
-                UpdateExpression="SET cur = :n, lv = :lv, fr = :fr",
-                ConditionExpression="cur = :c AND gen = :g",
-                ExpressionAttributeValues={
-                    ":n": {"N": str(cursor)},
-                    ":c": {"N": str(sub.cursor)},
-                    ":g": {"S": sub.gen},
-                    ":lv": {"BOOL": live},
-                    ":fr": {"BOOL": fresh},
-                },
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise _storage_error(exc) from exc
-        return True
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._index,
+            Key=self._sub_key(sub.topic, sub.connection_id),
+            UpdateExpression="SET cur = :n, lv = :lv, fr = :fr",
+            ConditionExpression="cur = :c AND gen = :g",
+            ExpressionAttributeValues={
+                ":n": {"N": str(cursor)},
+                ":c": {"N": str(sub.cursor)},
+                ":g": {"S": sub.gen},
+                ":lv": {"BOOL": live},
+                ":fr": {"BOOL": fresh},
+            },
+        )
 
 
 # --- posting frames ------------------------------------------------------------------

@@ -146,6 +146,45 @@ def test_exactly_once_replay_does_not_duplicate(moto: None, resource_prefix: str
     asyncio.run(scenario())
 
 
+def test_exactly_once_forwarders_racing_from_one_cursor_copy_each_record_once(
+    moto: None, resource_prefix: str
+) -> None:
+    """A lease that lapsed mid-batch (a slow storage write) lets a second forwarder start
+    from the same cursor as the first, reading a longer batch; both dest appends race, and
+    neither has yet seen the other's copies in the dest tail."""
+
+    async def scenario() -> None:
+        r = _routers(Settings(resource_prefix=resource_prefix))
+        await r.log.put_topic("s", {})
+        await r.put(RouterItem("s->d", "s", "d", guarantee="exactly_once"))
+        await r.log.append("s", AppendRequest([_rec(i) for i in range(1, 3)]))
+        item = await r.get("s->d")
+        short = await r._read_source(item)  # the first forwarder's batch: seqs 1..2
+        await r.log.append("s", AppendRequest([_rec(i) for i in range(3, 6)]))
+        long = await r._read_source(item)  # the second one's, read later: seqs 1..5
+        # WHEN the first appends its copies, then its cursor write is lost, and the second
+        # (which checked the dest before the first appended) forwards its longer batch
+        original = r._already_forwarded
+
+        async def nothing_yet(router: RouterItem) -> int:
+            return 0
+
+        assert await r._forward_batch(item, short, False) == (2, 2)
+        assert r.store.advance("s->d", 2, 0, 0)  # (the cursor as the second one saw it)
+        r._already_forwarded = nothing_yet  # type: ignore[method-assign]
+        step = await r._forward_batch(await r.get("s->d"), long, False)
+        r._already_forwarded = original  # type: ignore[method-assign]
+        await _drain(r)
+        # THEN every source record is in the dest exactly once, in order
+        assert step == (2, 2)  # it advanced past the other's copies only
+        got = await _read(r, "d")
+        assert [g["meta"]["_topics_router"]["src_seq"] for g in got] == [1, 2, 3, 4, 5]
+        assert (await r.get("s->d")).cursor == 5
+        r.log.close()
+
+    asyncio.run(scenario())
+
+
 def test_rejecting_dest_backs_off_without_advancing(moto: None, resource_prefix: str) -> None:
     async def scenario() -> None:
         r = _routers(Settings(resource_prefix=resource_prefix))

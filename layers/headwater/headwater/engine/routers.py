@@ -269,16 +269,17 @@ class RouterEngine:
                     res = await self._read_source(item)
                     if res.next_from_seq <= item.cursor:
                         break
-                n = await self._forward_batch(item, res, on_cycle)
-                if n is None:
+                step = await self._forward_batch(item, res, on_cycle)
+                if step is None:
                     # Someone else moved the cursor: a lease race. Leave it to them.
                     self._leases.pop(item.name, None)
                     return Forwarded(item.cursor, handled, copied, res.head.epoch, True)
-                handled += res.next_from_seq - item.cursor
+                n, cursor = step
+                handled += cursor - item.cursor
                 copied += n
                 batches += 1
                 item = dataclasses.replace(
-                    item, cursor=res.next_from_seq, forwarded_total=item.forwarded_total + n
+                    item, cursor=cursor, forwarded_total=item.forwarded_total + n
                 )
                 if (max_batches is not None and batches >= max_batches) or (
                     deadline is not None and time.monotonic() >= deadline
@@ -302,14 +303,14 @@ class RouterEngine:
 
     async def _forward_batch(
         self, router: RouterItem, res: _SourceBatch, on_cycle: bool
-    ) -> int | None:
+    ) -> tuple[int, int] | None:
         """Append one batch's copies to the dest, then advance the cursor conditionally.
-        Returns the number of copies, or None if the cursor had moved under us."""
+        Returns (copies, the cursor now), or None if the cursor had moved under us."""
         skip_upto = 0
         if router.guarantee == "exactly_once" and res.records:
             skip_upto = await self._already_forwarded(router)
         out: list[NewRecord] = []
-        first = last = 0
+        srcs: list[int] = []  # the source seq of each copy
         for raw in res.records:
             rec = json.loads(raw)
             seq = int(rec["$seq"])
@@ -319,17 +320,27 @@ class RouterEngine:
             if new is None:
                 continue
             out.append(new)
-            first = first or seq
-            last = seq
+            srcs.append(seq)
+        upto = res.next_from_seq
         if out:
             key = None
             if router.guarantee == "exactly_once":
-                key = f"{ROUTER_META}:{router.name}:{res.head.epoch}:{first}-{last}"
-            await self.log.append(router.dest, AppendRequest(out, idempotency_key=key))
+                # Keyed by the first source seq only: two forwarders that started from the
+                # same cursor (a lease that lapsed mid-batch) may have read batches of
+                # different lengths, and must still meet on one key.
+                key = f"{ROUTER_META}:{router.name}:{res.head.epoch}:{srcs[0]}"
+            done = await self.log.append(router.dest, AppendRequest(out, idempotency_key=key))
+            taken = done.last_seq - done.first_seq + 1
+            if done.deduped and taken < len(out):
+                # An earlier forward from this cursor copied a shorter batch: its copies are
+                # a prefix of ours (same records, same filter). Advance past those only;
+                # the rest goes in the next batch.
+                upto = srcs[taken - 1]
+                out = out[:taken]
         advanced = await self.log._io(
-            self.store.advance, router.name, router.cursor, res.next_from_seq, len(out)
+            self.store.advance, router.name, router.cursor, upto, len(out)
         )
-        return len(out) if advanced else None
+        return (len(out), upto) if advanced else None
 
     # --- the lease ----------------------------------------------------------------------
     def _held_elsewhere(self, router: RouterItem) -> bool:

@@ -61,13 +61,14 @@ def external_endpoint_configured(env: dict[str, str] | None = None) -> bool:
 
 
 class MotoServer:
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, env: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._extra_env = env or {}
 
     def start(self, timeout_s: float = 30.0) -> MotoServer:
-        env = {**os.environ, **FAKE_CREDENTIALS}
+        env = {**os.environ, **FAKE_CREDENTIALS, **self._extra_env}
         self._proc = subprocess.Popen(
             [
                 sys.executable,

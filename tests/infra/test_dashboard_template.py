@@ -55,10 +55,12 @@ def test_http_functions_may_use_the_dashboard_table(template: dict[str, Any]) ->
     assert [s["Sid"] for s in granted] == ["DashboardConfigurations"]
     [statement] = granted
     assert statement["Effect"] == "Allow"
-    # get, list (Query), update; create/delete are TransactWriteItems (Update + Put, Delete +
-    # Update), which IAM authorizes per item action: there is no TransactWriteItems action.
+    # get, get_many (BatchGetItem), list (Query), update; create/delete are
+    # TransactWriteItems (Update + Put, Delete + Update), which IAM authorizes per item
+    # action: there is no TransactWriteItems action.
     assert set(statement["Action"]) == {
         "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
         "dynamodb:Query",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",

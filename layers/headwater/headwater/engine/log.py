@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import random
 import time
 import uuid
@@ -145,6 +146,8 @@ class LogEngine:
         self.upkeep: Callable[[str], object] | None = None
         self._upkeep_at: dict[str, float] = {}
         self._upkeep_running: set[str] = set()
+        self._upkeep_deferred: set[str] = set()  # topics whose upkeep waits to run once
+        self.upkeep_interval_s = UPKEEP_INTERVAL_S
         self.notifier = Notifier()
         self.known = KnownHeads()
         self.hub = HeadHub(
@@ -379,22 +382,37 @@ class LogEngine:
 
     def _maybe_upkeep(self, topic: str) -> None:
         """Start sealing/eviction of a topic in the background once an append took it past
-        a threshold or a cap (at most once a second per topic; one run at a time)."""
+        a threshold or a cap (at most once per upkeep_interval_s per topic; one run at a
+        time). A request the rate limit or a running upkeep holds back is deferred, not
+        dropped: it runs once, as soon as both allow, so a cap is enforced within about
+        an interval of the append that passed it rather than at the next sweep."""
         head = self._head_cache.get(topic)
         if (
             head is None
             or self.upkeep is None
             or not self.settings.tiering.inline
-            or topic in self._upkeep_running
             or not upkeep_due(head, self.settings.tiering)
         ):
             return
-        now = time.monotonic()
-        if now - self._upkeep_at.get(topic, 0.0) < UPKEEP_INTERVAL_S:
+        self._request_upkeep(topic, asyncio.get_running_loop())
+
+    def _request_upkeep(self, topic: str, loop: asyncio.AbstractEventLoop) -> None:
+        """Run upkeep of `topic` now if allowed, else once later (on the event loop)."""
+        if topic in self._upkeep_deferred:
+            return  # a later run is already arranged; it sees this append too
+        if topic in self._upkeep_running:
+            self._upkeep_deferred.add(topic)  # _upkeep_ready asks again
             return
-        self._upkeep_at[topic] = now
-        self._upkeep_running.add(topic)
+        wait = self._upkeep_at.get(topic, -math.inf) + self.upkeep_interval_s - time.monotonic()
+        if wait > 0:
+            self._upkeep_deferred.add(topic)
+            loop.call_later(wait, self._upkeep_ready, topic, loop, False)
+            return
         upkeep = self.upkeep
+        if upkeep is None:
+            return
+        self._upkeep_at[topic] = time.monotonic()
+        self._upkeep_running.add(topic)
 
         def run() -> None:
             try:
@@ -402,9 +420,24 @@ class LogEngine:
             except Exception:  # upkeep is retried by the next append and the sweep
                 log.warning("upkeep of %s failed", topic, exc_info=True)
             finally:
-                self._upkeep_running.discard(topic)
+                try:
+                    loop.call_soon_threadsafe(self._upkeep_ready, topic, loop, True)
+                except RuntimeError:  # the loop closed: nothing more to arrange
+                    self._upkeep_running.discard(topic)
 
-        self._bg_pool.submit(run)
+        try:
+            self._bg_pool.submit(run)
+        except RuntimeError:  # the engine closed
+            self._upkeep_running.discard(topic)
+
+    def _upkeep_ready(self, topic: str, loop: asyncio.AbstractEventLoop, ran: bool) -> None:
+        """A run finished (`ran`) or a deferral's wait is over: start a deferred request."""
+        if ran:
+            self._upkeep_running.discard(topic)
+            if topic not in self._upkeep_deferred:
+                return
+        self._upkeep_deferred.discard(topic)
+        self._request_upkeep(topic, loop)
 
     def _commit_group(
         self, topic: str, reqs: list[AppendRequest]

@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
-from starlette.middleware.gzip import GZipMiddleware
 
 from headwater import __version__
 from headwater.flags.tokens import load_tokens
@@ -31,6 +30,7 @@ from headwater.http import (
 )
 from headwater.http.auth import KeyStore
 from headwater.http.aviso import RequestIdMiddleware
+from headwater.http.compression import GZipUnlessCompressed
 from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import BrowserSafety, TimingMiddleware
@@ -112,7 +112,7 @@ def create_app(
     app.include_router(dashboard.router)
     app.add_middleware(InflightLimit)
     app.add_middleware(EncodedSlashGuard)
-    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    app.add_middleware(GZipUnlessCompressed, minimum_size=1024)  # never gzips a tar.gz again
     app.add_middleware(
         CORSMiddleware,
         allow_origins=["*"],

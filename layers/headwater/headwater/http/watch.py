@@ -155,8 +155,6 @@ async def open_watch(wid: str, request: Request) -> Response:
         principal = svc.keys.authenticate(
             request.headers.get("authorization"), tokens[0] if tokens else None
         )
-    if not accepts_event_stream(request.headers.get("accept")):
-        raise NotAcceptable("this stream needs Accept: text/event-stream")
     watch = watch_engine(svc)
     item = await watch.load(wid) if wid.startswith("wid_") else None
     if item is None:
@@ -171,6 +169,8 @@ async def open_watch(wid: str, request: Request) -> Response:
         # The key as configured now (same secret, maybe a narrower allowlist since a
         # restart) must still cover every topic of the session.
         principal.require_names(*(t.topic for t in session.spec.topics))
+    if not accepts_event_stream(request.headers.get("accept")):
+        raise NotAcceptable("this stream needs Accept: text/event-stream")
     # The connection counts against the stream caps (spec §11), attributed to the session's
     # creating key; the response releases the slot however the stream ends.
     slot = svc.limits.acquire_stream(item.key_id if item.auth else None)

@@ -13,6 +13,7 @@ from urllib.parse import unquote
 
 import httpx
 import pytest
+from api_helpers import MakeClient
 from starlette.testclient import TestClient
 from tenant_helpers import (
     FOREIGN,
@@ -274,3 +275,14 @@ def test_a_prefix_limited_admin_key_administers_its_own_streams_only(app: TestCl
     # an unrestricted admin key may wipe everything
     assert app.delete("/api/v1/admin/wipe/all", headers=F).status_code == 200
     assert replayed(app, "secret_alerts") == 0
+
+
+def test_overlapping_prefixes_list_each_name_once(make_client: MakeClient) -> None:
+    c = make_client(api_keys_raw="full-key,ov::tenant42:|tenant42:a")
+    ov = {"authorization": "Bearer ov"}
+    for name in ("tenant42:a1", "tenant42:b", f"{FOREIGN}:c"):
+        mk_topic(c, name)
+        mk_stream(c, name)
+    listed = [t["topic"] for t in c.get("/v0/topics", headers=ov).json()["topics"]]
+    assert listed == ["tenant42:a1", "tenant42:b"]
+    assert [s["name"] for s in c.get("/v1/streams", headers=ov).json()] == listed

@@ -145,11 +145,17 @@ class DurableStreams:
             await self.engine.touch_read(head, now)
 
     async def list_streams(
-        self, after: str | None, limit: int
+        self, after: str | None, limit: int, prefixes: list[str] | None = None
     ) -> tuple[list[tuple[Head, StreamState]], str | None]:
+        """Live streams named after `after`, up to `limit`; only names starting with one of
+        `prefixes` (non-overlapping) when given: an empty list lists nothing."""
+        if prefixes is not None and not prefixes:
+            return [], None
         now = self.clock()
         page = await self.engine.list_topics(
-            [topic_of("")], topic_of(after) if after is not None else None, limit
+            [topic_of(p) for p in (prefixes if prefixes is not None else [""])],
+            topic_of(after) if after is not None else None,
+            limit,
         )
         out = []
         for head in page.heads:

@@ -94,6 +94,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        openapi_url=None,  # no undocumented, unauthenticated route listing the whole API
     )
     app.state.services = lazy
     errors.install(app)

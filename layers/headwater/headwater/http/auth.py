@@ -39,9 +39,41 @@ class Principal:
     def allows_name(self, name: str) -> bool:
         return not self.prefixes or any(name.startswith(p) for p in self.prefixes)
 
+    def allows_names(self, *names: str) -> bool:
+        return all(self.allows_name(n) for n in names)
+
     def require_name(self, name: str) -> None:
         if not self.allows_name(name):
             raise Forbidden(f"api key may not access {name!r}", detail={"name": name})
+
+    def require_names(self, *names: str) -> None:
+        for name in names:
+            self.require_name(name)
+
+    @property
+    def restricted(self) -> bool:
+        """Limited to name prefixes: listings, metrics and errors must not show it other
+        names than those."""
+        return bool(self.prefixes)
+
+    def listing_prefixes(self, requested: str = "") -> list[str]:
+        """The name prefixes a listing filtered to `requested` scans for this key: the
+        requested prefix narrowed by the allowlist, never widened. Sorted, and none covered
+        by another (a name is listed once). Empty: nothing to list."""
+        if not self.prefixes:
+            return [requested]
+        found: set[str] = set()
+        for p in self.prefixes:
+            if p.startswith(requested):
+                found.add(p)
+            elif requested.startswith(p):
+                found.add(requested)
+        ordered = sorted(found)  # a prefix sorts before every name it covers
+        out: list[str] = []
+        for p in ordered:
+            if not out or not p.startswith(out[-1]):
+                out.append(p)
+        return out
 
 
 ANONYMOUS = Principal("anonymous", ALL_SCOPES, ())

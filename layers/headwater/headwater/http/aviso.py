@@ -22,7 +22,8 @@ auth disabled):
   replay) with the `read` scope if the schema lists `read_roles`, writes (notify) with the
   `write` scope if it lists `write_roles`, else only `admin` keys may write (aviso: writes
   without `write_roles` are for admins). An `admin` key may always read and write. A key
-  restricted to name prefixes may only use event types that match them.
+  restricted to name prefixes may only use event types that match them, on the admin routes
+  too (and only an unrestricted admin key may wipe every stream).
 """
 
 from __future__ import annotations
@@ -148,14 +149,32 @@ def _authenticate(keys: KeyStore, token: str) -> Principal:
         raise AuthFailure(401, "Invalid or expired token") from None
 
 
-def require_admin(request: Request, keys: KeyStore) -> None:
+def require_admin(request: Request, keys: KeyStore) -> Principal:
+    """The admin key behind the bearer (ANONYMOUS without keys configured). A key limited to
+    name prefixes is an admin of those streams only: see `require_admin_of`."""
     if not keys.enabled:
-        return
+        return ANONYMOUS
     token, malformed = _bearer(request)
     if token is None:
         raise AuthFailure(401, malformed or "Authorization header is required")
-    if "admin" not in _authenticate(keys, token).scopes:
+    principal = _authenticate(keys, token)
+    if "admin" not in principal.scopes:
         raise AuthFailure(403, "User does not have required administrative role")
+    return principal
+
+
+def require_admin_of(principal: Principal, stream: str, event_type: str | None) -> None:
+    """A prefix-limited admin key administers only the event types its allowlist covers:
+    `event_type` is what `stream` names (None: nothing, then the name itself is judged, so
+    a 404 never tells such a key about a stream outside its allowlist)."""
+    if not principal.allows_name(event_type if event_type is not None else stream):
+        raise AuthFailure(403, "User does not have access to this stream")
+
+
+def require_admin_of_all(principal: Principal) -> None:
+    """An action on every stream (wipe all) needs an admin key not limited to prefixes."""
+    if principal.restricted:
+        raise AuthFailure(403, "Only an administrator of every stream can wipe all data")
 
 
 def caller(request: Request, keys: KeyStore) -> Principal | None:

@@ -158,7 +158,7 @@ def _parse_notification_id(value: str) -> tuple[str, int]:
 @router.delete("/api/v1/admin/notification/{notification_id}")
 async def delete_notification(request: Request, notification_id: str) -> Response:
     svc = services(request)
-    aviso.require_admin(request, svc.keys)
+    admin = aviso.require_admin(request, svc.keys)
     rid = aviso.request_id(request)
 
     def answer(status: int, success: bool, message: str) -> Response:
@@ -174,6 +174,7 @@ async def delete_notification(request: Request, notification_id: str) -> Respons
         stream, seq = _parse_notification_id(notification_id)
     except ValueError as exc:
         return answer(400, False, str(exc))
+    aviso.require_admin_of(admin, stream, await svc.notifications.resolve_stream(stream))
     try:
         deleted = await svc.notifications.delete(stream, seq)
     except HeadwaterError as exc:
@@ -191,7 +192,7 @@ def _wipe_answer(request: Request, status: int, success: bool, message: str) -> 
 @router.delete("/api/v1/admin/wipe/stream")
 async def wipe_stream(request: Request) -> Response:
     svc = services(request)
-    aviso.require_admin(request, svc.keys)
+    admin = aviso.require_admin(request, svc.keys)
     body = await read_body(request, svc.settings.limits.max_record_bytes)
     try:
         document: Any = jsoncodec.loads(body) if body else None
@@ -202,6 +203,7 @@ async def wipe_stream(request: Request) -> Response:
         return _wipe_answer(
             request, 400, False, 'Json deserialize error: expected {"stream_name": <string>}'
         )
+    aviso.require_admin_of(admin, name, await svc.notifications.resolve_stream(name))
     try:
         wiped = await svc.notifications.wipe_stream(name)
     except HeadwaterError as exc:
@@ -217,7 +219,7 @@ async def wipe_stream(request: Request) -> Response:
 @router.delete("/api/v1/admin/wipe/all")
 async def wipe_all(request: Request) -> Response:
     svc = services(request)
-    aviso.require_admin(request, svc.keys)
+    aviso.require_admin_of_all(aviso.require_admin(request, svc.keys))
     try:
         await svc.notifications.wipe_all()
     except HeadwaterError as exc:

@@ -12,9 +12,11 @@ from starlette.responses import Response
 from headwater import __version__
 from headwater.engine.quotas import WATCH_SESSIONS
 from headwater.errors import HeadwaterError, NotReady
+from headwater.http.auth import Principal
 from headwater.http.responses import json_response
 from headwater.http.v0 import authorize, services
-from headwater.services import LazyServices
+from headwater.services import LazyServices, Services
+from headwater.storage.ports import Head
 
 router = APIRouter()
 PER_TOPIC_LIMIT = 1000  # per-topic gauge block is bounded (topics_topic_metrics_truncated)
@@ -63,19 +65,45 @@ async def ready(request: Request) -> Response:
     )
 
 
+async def _heads(svc: Services, principal: Principal) -> tuple[list[Head], bool]:
+    """The topics the scrape covers (at most AGGREGATE_LIMIT), and whether more exist: every
+    topic, or for a prefix-limited key the ones its allowlist covers."""
+    if not principal.restricted:
+        return await svc.engine.all_topics(AGGREGATE_LIMIT)
+    prefixes = principal.listing_prefixes()
+    heads: list[Head] = []
+    after: str | None = None
+    while prefixes and len(heads) < AGGREGATE_LIMIT:
+        page = await svc.engine.list_topics(
+            prefixes, after, min(1000, AGGREGATE_LIMIT - len(heads))
+        )
+        heads.extend(page.heads)
+        if page.next_after is None:
+            return heads, False
+        after = page.next_after
+    return heads, bool(prefixes)
+
+
 async def _snapshot(
-    request: Request,
+    svc: Services, principal: Principal
 ) -> tuple[dict[str, float], list[tuple[str, dict[str, int]]], bool]:
-    svc = services(request)
-    heads, more = await svc.engine.all_topics(AGGREGATE_LIMIT)
+    """Gauges and per-topic series as `principal` may see them. A prefix-limited key gets the
+    topic and router figures of its allowlist only (no other tenant's names, nor its sizes);
+    the process figures (connections, sessions, readiness, uptime) are the process's."""
+    heads, more = await _heads(svc, principal)
+    routers = [
+        r for r in await svc.routers.list_all() if principal.allows_names(r.name, r.source, r.dest)
+    ]
     by_class: dict[str, int] = {}
     for h in heads:
         cls = str(h.config.get("durability", "disk"))
         by_class[cls] = by_class.get(cls, 0) + 1
     truncated = more or len(heads) > PER_TOPIC_LIMIT
     gauges: dict[str, float] = {
-        "topics_topics": await svc.engine.count_topics() if more else len(heads),
-        "topics_routers": len(await svc.routers.list_all()),
+        "topics_topics": (
+            await svc.engine.count_topics() if more and not principal.restricted else len(heads)
+        ),
+        "topics_routers": len(routers),
         "topics_records_live": sum(h.count for h in heads),
         "topics_bytes_live": sum(h.bytes for h in heads),
         "topics_queue_topics": sum(1 for h in heads if h.config.get("type") == "queue"),
@@ -121,9 +149,8 @@ def _escape(label: str) -> str:
 @router.get("/v0/metrics")
 async def metrics(request: Request) -> Response:
     svc = services(request)
-    if svc.keys.enabled:
-        authorize(request, svc, "read")
-    gauges, per_topic, truncated = await _snapshot(request)
+    principal = authorize(request, svc, "read")  # ANONYMOUS (open) without keys
+    gauges, per_topic, truncated = await _snapshot(svc, principal)
     if "application/json" in request.headers.get("accept", ""):
         body: dict[str, Any] = {
             "gauges": gauges,

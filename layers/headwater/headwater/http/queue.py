@@ -153,14 +153,14 @@ async def extend(topic: str, request: Request) -> Response:
 @router.get("/v0/topics/{topic}/work")
 async def work(topic: str, request: Request) -> Response:
     svc = services(request)
-    if not accepts_event_stream(request.headers.get("accept")):
-        raise NotAcceptable("this stream needs Accept: text/event-stream")
     tokens = request.query_params.getlist("token")
     principal = svc.keys.authenticate(
         request.headers.get("authorization"), tokens[0] if tokens else None
     )
     principal.require("read", "write")
     principal.require_name(topic)
+    if not accepts_event_stream(request.headers.get("accept")):
+        raise NotAcceptable("this stream needs Accept: text/event-stream")
     validate_topic_name(topic)
     q = request.query_params
     limits = svc.settings.limits

@@ -10,7 +10,9 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from headwater.errors import InvalidRequest
+from headwater.engine.routers import RouterNotFound
+from headwater.errors import Conflict, InvalidRequest
+from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
 from headwater.http.v0 import authorize, services
@@ -23,6 +25,7 @@ from headwater.http.v0_parse import (
     require_object,
 )
 from headwater.names import ROUTER_NAME_RE, is_valid_topic_name
+from headwater.services import Services
 from headwater.storage.ports import RouterItem
 
 router = APIRouter()
@@ -96,16 +99,50 @@ def definition_body(item: RouterItem) -> dict[str, Any]:
     }
 
 
+async def _as_seen_by(svc: Services, exc: Conflict, principal: Principal) -> Conflict:
+    """A router refusal as this key may see it: a fan-in on another tenant's router or a
+    cycle through another tenant's topics is said without naming them."""
+    if not principal.restricted:
+        return exc
+    detail = exc.detail or {}
+    names = [n for n in detail.get("cycle") or [] if isinstance(n, str)]
+    other = detail.get("router")
+    if isinstance(other, str):
+        names.append(other)
+        try:
+            found = await svc.routers.get(other)
+            names += [found.source, found.dest]
+        except RouterNotFound:
+            pass
+    if all(principal.allows_name(n) for n in names):
+        return exc
+    kept = {k: v for k, v in detail.items() if k not in ("router", "cycle")}
+    what = "a cycle" if exc.code == "router_cycle" else "a second source for dest"
+    return Conflict(
+        f"router would create {what} through routers or topics outside this key's allowlist",
+        detail=kept or None,
+        code=exc.code,
+    )
+
+
 @router.put("/v0/routers/{name}")
 async def put_router(name: str, request: Request) -> Response:
     svc = services(request)
-    principal = authorize(request, svc, "admin", name=name)
+    # admin creates it (spec §0.2); the router then reads `source` and appends to `dest` on
+    # this key's behalf, so the key needs read and write too (else an admin+read key could
+    # write, and an admin+write key copy what it may not read).
+    principal = authorize(request, svc, "admin", "read", "write", name=name)
     validate_router_name(name)
     body = await read_json(request, svc.settings.limits.max_body_bytes)
     item = parse_router(name, body)
-    principal.require_name(item.source)
-    principal.require_name(item.dest)
-    stored, created = await svc.routers.put(item)
+    principal.require_names(item.source, item.dest)
+    try:
+        stored, created = await svc.routers.put(item)
+    except Conflict as exc:
+        seen = await _as_seen_by(svc, exc, principal)
+        if seen is exc:
+            raise
+        raise seen from None
     return json_response(
         request,
         {"router": name, "created": created, **definition_body(stored)},
@@ -116,9 +153,11 @@ async def put_router(name: str, request: Request) -> Response:
 @router.get("/v0/routers/{name}")
 async def get_router(name: str, request: Request) -> Response:
     svc = services(request)
-    authorize(request, svc, "read", name=name)
+    principal = authorize(request, svc, "read", name=name)
     validate_router_name(name)
     item = await svc.routers.get(name)
+    # As in the listing: a router is visible only when its topics are too.
+    principal.require_names(item.source, item.dest)
     return json_response(
         request,
         {"router": name, **definition_body(item), "forwarded_total": item.forwarded_total},
@@ -144,7 +183,7 @@ async def list_routers(request: Request) -> Response:
             continue
         if (source is not None and r.source != source) or (dest is not None and r.dest != dest):
             continue
-        if not all(principal.allows_name(n) for n in (r.name, r.source, r.dest)):
+        if not principal.allows_names(r.name, r.source, r.dest):
             continue
         if len(picked) == page_size:
             more = True
@@ -170,8 +209,17 @@ async def list_routers(request: Request) -> Response:
 @router.delete("/v0/routers/{name}")
 async def delete_router(name: str, request: Request) -> Response:
     svc = services(request)
-    authorize(request, svc, "delete", name=name)
+    principal = authorize(request, svc, "delete", name=name)
     validate_router_name(name)
+    if principal.restricted:
+        # A router in the key's namespace that moves another tenant's data is not the key's
+        # to remove (nor is its existence news to it: 403, as on GET).
+        try:
+            item = await svc.routers.get(name)
+        except RouterNotFound:
+            item = None
+        if item is not None:
+            principal.require_names(item.source, item.dest)
     deleted = await svc.routers.delete(name)
     return json_response(request, {"router": name, "deleted": deleted})
 

@@ -48,6 +48,14 @@ def authorize(request: Request, svc: Services, *scopes: str, name: str | None = 
     return principal
 
 
+def require_config_names(principal: Principal, patch: dict[str, Any] | None) -> None:
+    """A config naming another topic must name one the key may touch: a queue's
+    `dead_letter` is appended to (and auto-created) by the engine on the key's behalf."""
+    dead_letter = (patch or {}).get("dead_letter")
+    if isinstance(dead_letter, str):
+        principal.require_name(dead_letter)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -81,12 +89,13 @@ def state_body(head: Head, queue: Counters | None = None) -> dict[str, Any]:
 @router.put("/v0/topics/{topic}")
 async def put_topic(topic: str, request: Request) -> Response:
     svc = services(request)
-    authorize(request, svc, "admin", name=topic)
+    principal = authorize(request, svc, "admin", name=topic)
     validate_topic_name(topic)
     body = require_object(
         await read_json(request, svc.settings.limits.max_body_bytes, required=False)
     )
     patch = validate_config_patch(body, topic)
+    require_config_names(principal, patch)
     head, created = await svc.engine.put_topic(topic, patch)
     return json_response(
         request,
@@ -116,16 +125,7 @@ async def list_topics(request: Request) -> Response:
     after = decode_cursor(q.get("cursor"))
     touch = query_bool(q, "touch", False)
     # A prefix-limited key sees only its allowlist: intersect it with the requested prefix.
-    if principal.prefixes:
-        prefixes = []
-        for p in principal.prefixes:
-            if p.startswith(prefix):
-                prefixes.append(p)
-            elif prefix.startswith(p):
-                prefixes.append(prefix)
-        prefixes = sorted(set(prefixes))
-    else:
-        prefixes = [prefix]
+    prefixes = principal.listing_prefixes(prefix)
     page = await svc.engine.list_topics(prefixes, after, page_size) if prefixes else None
     if page is not None and touch:
         page = dataclasses.replace(page, heads=await svc.engine.touch_all(page.heads))
@@ -151,13 +151,16 @@ async def list_topics(request: Request) -> Response:
 @router.delete("/v0/topics/{topic}")
 async def delete_topic(topic: str, request: Request) -> Response:
     svc = services(request)
-    authorize(request, svc, "delete", name=topic)
+    principal = authorize(request, svc, "delete", name=topic)
     validate_topic_name(topic)
     if_empty = query_bool(request.query_params, "if_empty", False)
     was = await svc.engine.delete_topic(topic, if_empty=if_empty)
     if was is not None and was.config.get("type") == "queue":
         await svc.queues.forget(was)  # its lease items are never read again
     removed = await svc.routers.remove_for_topic(topic)  # spec §1.4: the cascade
+    # The cascade also takes routers of other tenants that read or fed this topic; a
+    # prefix-limited key is told only the names it may see.
+    removed = [r for r in removed if principal.allows_name(r)]
     return json_response(
         request, {"topic": topic, "deleted": was is not None, "routers_removed": removed}
     )
@@ -194,11 +197,12 @@ def append_body(topic: str, result: AppendResult, return_seqs: bool) -> dict[str
 @router.post("/v0/topics/{topic}")
 async def append(topic: str, request: Request) -> Response:
     svc = services(request)
-    authorize(request, svc, "write", name=topic)
+    principal = authorize(request, svc, "write", name=topic)
     validate_topic_name(topic)
     limits = svc.settings.limits
     body = await read_json(request, limits.max_body_bytes)
     req = parse_append(body, limits, request.headers.get("idempotency-key"), topic)
+    require_config_names(principal, req.config)
     return_seqs = query_bool(request.query_params, "return_seqs", True)
     result, perf = await commit_append(svc.engine, topic, req)
     return json_response(

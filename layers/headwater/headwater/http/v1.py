@@ -61,6 +61,7 @@ from headwater.durable.wire import (
 from headwater.engine.records import StoredRecord
 from headwater.engine.values import RangeRead
 from headwater.errors import HeadwaterError, InvalidRequest, NotFound, PayloadTooLarge
+from headwater.http.auth import Principal
 from headwater.http.v0 import authorize, services
 from headwater.services import Services
 from headwater.storage.ports import Head
@@ -94,6 +95,12 @@ SUBRESOURCES = (
     "_index_status",
     "_details",
 )
+
+
+def allow(principal: Principal, scope: str, name: str) -> None:
+    """403 unless the key has `scope` and its allowlist covers stream `name`."""
+    principal.require(scope)
+    principal.require_name(name)
 
 
 def _bad(message: str) -> InvalidRequest:
@@ -229,7 +236,7 @@ def _closed_flag(request: Request) -> bool:
 @router.get("/v1/streams")
 async def list_streams(request: Request) -> Response:
     svc = services(request)
-    authorize(request, svc, "read")
+    principal = authorize(request, svc, "read")
     limit_raw = _one_param(request, "limit")
     limit = 1000
     if limit_raw is not None:
@@ -237,7 +244,9 @@ async def list_streams(request: Request) -> Response:
             raise _bad("limit must be an integer 1..10000")
         limit = int(limit_raw)
     after = _one_param(request, "after")
-    page, next_after = await _capped(svc.streams.list_streams(after, limit))
+    # A prefix-limited key lists only the streams its allowlist covers (as GET /v0/topics).
+    prefixes = principal.listing_prefixes()
+    page, next_after = await _capped(svc.streams.list_streams(after, limit, prefixes))
     headers = {"Cache-Control": "no-store"}
     if next_after is not None:
         headers["Stream-List-Next-After"] = quote(next_after, safe="")
@@ -255,35 +264,39 @@ async def stream_resource(request: Request, path: str) -> Response:
             code="shutting_down",
             headers={"Retry-After": "5"},
         )
+    # Credentials before anything about the path: without a valid key every request is 401,
+    # whether or not the stream or the subresource exists.
+    principal = svc.keys.authenticate(request.headers.get("authorization"))
     name, sub, key = _split(path)
     method = request.method
     if sub is not None:
         if sub == "_profile":
-            return await _profile(request, svc, name)
+            return await _profile(request, svc, principal, name)
         if sub == "_schema":
-            return await _schema(request, svc, name)
+            return await _schema(request, svc, principal, name)
         if sub.startswith("touch/"):
             from headwater.http import v1_touch  # it imports this module's helpers
 
-            return await v1_touch.route(request, svc, name, sub)
+            return await v1_touch.route(request, svc, principal, name, sub)
+        allow(principal, "read", name)
         raise NotFound(f"{sub} is not available on this server yet")
     if method == "PUT":
-        authorize(request, svc, "write", name=name)
-        return await _capped(_create(request, svc, name))
+        allow(principal, "write", name)
+        return await _capped(_create(request, svc, principal, name))
     if method == "POST":
-        authorize(request, svc, "write", name=name)
+        allow(principal, "write", name)
         return await _capped(_append(request, svc, name))
     if method == "DELETE":
-        authorize(request, svc, "delete", name=name)
+        allow(principal, "delete", name)
         await _capped(svc.streams.delete(name))
         return Response(status_code=204)
-    authorize(request, svc, "read", name=name)
+    allow(principal, "read", name)
     if method == "HEAD":
         return await _capped(_head(svc, name))
     return await _read(request, svc, name, key)
 
 
-async def _create(request: Request, svc: Services, name: str) -> Response:
+async def _create(request: Request, svc: Services, principal: Principal, name: str) -> Response:
     h = request.headers
     ttl_raw, exp_raw = h.get("stream-ttl"), h.get("stream-expires-at")
     if ttl_raw is not None and exp_raw is not None:
@@ -291,6 +304,10 @@ async def _create(request: Request, svc: Services, name: str) -> Response:
     ttl_ms = _wire(parse_ttl, ttl_raw) if ttl_raw is not None else 0
     exp_ms = _wire(parse_expires_at, exp_raw) if exp_raw is not None else 0
     fork = _fork_request(request, ttl_raw is not None or exp_raw is not None)
+    if fork is not None:
+        # A fork serves its source's entries to whoever may read the fork: creating one is
+        # reading the source (before the source is looked at, or anything is created).
+        allow(principal, "read", fork.src)
     content_type = h.get("content-type") or DEFAULT_CONTENT_TYPE
     body = await _body(request)
     if fork is not None and not fork.content_type_given and body:
@@ -402,27 +419,32 @@ async def _head(svc: Services, name: str) -> Response:
     return Response(status_code=200, headers=headers)
 
 
-async def _profile(request: Request, svc: Services, name: str) -> Response:
+async def _profile(request: Request, svc: Services, principal: Principal, name: str) -> Response:
     """GET /_profile: the stream's profile (generic unless one was set); POST: set it (§7A)."""
 
     async def get(state: StreamState) -> dict[str, Any]:
         return profiles.resource(state.profile)
 
-    return await _subresource(request, svc, name, "_profile", get, svc.streams.update_profile)
+    return await _subresource(
+        request, svc, principal, name, "_profile", get, svc.streams.update_profile
+    )
 
 
-async def _schema(request: Request, svc: Services, name: str) -> Response:
+async def _schema(request: Request, svc: Services, principal: Principal, name: str) -> Response:
     """GET /_schema: the registry; POST /_schema: apply an update (§12)."""
 
     async def get(state: StreamState) -> dict[str, Any]:
         return await svc.streams.registry(name, state.registry_key)
 
-    return await _subresource(request, svc, name, "_schema", get, svc.streams.update_schema)
+    return await _subresource(
+        request, svc, principal, name, "_schema", get, svc.streams.update_schema
+    )
 
 
 async def _subresource(
     request: Request,
     svc: Services,
+    principal: Principal,
     name: str,
     label: str,
     get: Callable[[StreamState], Awaitable[dict[str, Any]]],
@@ -430,11 +452,11 @@ async def _subresource(
 ) -> Response:
     """A JSON subresource: GET reads it, POST applies a JSON update to it."""
     if request.method == "GET":
-        authorize(request, svc, "read", name=name)
+        allow(principal, "read", name)
         _, state = await _capped(svc.streams.lookup(name))
         body = await _capped(get(state))
     elif request.method == "POST":
-        authorize(request, svc, "write", name=name)
+        allow(principal, "write", name)
         raw = await _body(request)
         try:
             parsed = jsoncodec.loads(raw)
@@ -442,6 +464,7 @@ async def _subresource(
             raise _bad(f"the {label} update is not valid JSON") from None
         body = await _capped(update(name, parsed))
     else:
+        allow(principal, "read", name)
         raise HeadwaterError(
             f"{request.method} is not allowed on {label}", status=405, code="method_not_allowed"
         )

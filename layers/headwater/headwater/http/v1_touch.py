@@ -14,27 +14,36 @@ from starlette.responses import Response
 from headwater import jsoncodec
 from headwater.durable import touch
 from headwater.errors import InvalidRequest, NotFound
-from headwater.http.v0 import authorize
-from headwater.http.v1 import LONG_POLL_CAP_MS, RESOLVER_TIMEOUT_S, _body, _capped, _one_param
+from headwater.http.auth import Principal
+from headwater.http.v1 import (
+    LONG_POLL_CAP_MS,
+    RESOLVER_TIMEOUT_S,
+    _body,
+    _capped,
+    _one_param,
+    allow,
+)
 from headwater.services import Services
 
 ROUTES = ("touch/meta", "touch/wait", "touch/templates/activate")
 _METHODS = {"touch/meta": "GET", "touch/wait": "POST", "touch/templates/activate": "POST"}
 
 
-async def route(request: Request, svc: Services, name: str, sub: str) -> Response:
-    if sub not in _METHODS:
-        raise NotFound(f"{sub} is not a touch route")
+async def route(
+    request: Request, svc: Services, principal: Principal, name: str, sub: str
+) -> Response:
     # Activation changes the stream's templates; meta and wait only read (a wait's heartbeat
     # renews templates the caller already uses; declaring new ones needs write).
-    authorize(request, svc, "write" if sub == "touch/templates/activate" else "read", name=name)
+    allow(principal, "write" if sub == "touch/templates/activate" else "read", name)
+    if sub not in _METHODS:
+        raise NotFound(f"{sub} is not a touch route")
     live = await _capped(touch.open_stream(svc.streams, name))
     if request.method != _METHODS[sub]:
         raise InvalidRequest("unsupported method")
     if sub == "touch/meta":
         return await _meta(request, svc, live)
     if sub == "touch/wait":
-        return await _wait(request, svc, name, live)
+        return await _wait(request, svc, principal, name, live)
     return await _activate(request, svc, name, live)
 
 
@@ -71,10 +80,12 @@ async def _meta(request: Request, svc: Services, live: touch.Live) -> Response:
     return _json(touch.meta(live, svc.streams.clock()))
 
 
-async def _wait(request: Request, svc: Services, name: str, live: touch.Live) -> Response:
+async def _wait(
+    request: Request, svc: Services, principal: Principal, name: str, live: touch.Live
+) -> Response:
     req = touch.parse_wait(await _json_body(request, "wait"), live.cfg)
     if req.declare:
-        authorize(request, svc, "write", name=name)
+        allow(principal, "write", name)
     body = await _capped(
         touch.wait(svc.streams, name, live, req, cap_ms=LONG_POLL_CAP_MS), RESOLVER_TIMEOUT_S
     )

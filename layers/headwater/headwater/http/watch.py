@@ -149,10 +149,8 @@ def sse_frame(event: WatchEvent) -> bytes:
 @router.get("/v0/watch/{wid}")
 async def open_watch(wid: str, request: Request) -> Response:
     svc = services(request)
-    if not accepts_event_stream(request.headers.get("accept")):
-        raise NotAcceptable("this stream needs Accept: text/event-stream")
     principal = None
-    if svc.keys.enabled:
+    if svc.keys.enabled:  # credentials first: a stranger learns nothing, not even a 406
         tokens = request.query_params.getlist("token")
         principal = svc.keys.authenticate(
             request.headers.get("authorization"), tokens[0] if tokens else None
@@ -167,6 +165,12 @@ async def open_watch(wid: str, request: Request) -> Response:
     if "read" not in item.scopes:
         raise Unauthorized("the creating api key lacks read scope")
     session = watch.resolve(item, request.headers.get("last-event-id"))
+    if principal is not None:
+        # The key as configured now (same secret, maybe a narrower allowlist since a
+        # restart) must still cover every topic of the session.
+        principal.require_names(*(t.topic for t in session.spec.topics))
+    if not accepts_event_stream(request.headers.get("accept")):
+        raise NotAcceptable("this stream needs Accept: text/event-stream")
     # The connection counts against the stream caps (spec §11), attributed to the session's
     # creating key; the response releases the slot however the stream ends.
     slot = svc.limits.acquire_stream(item.key_id if item.auth else None)

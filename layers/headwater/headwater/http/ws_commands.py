@@ -22,7 +22,7 @@ from headwater.engine.values import AppendRequest
 from headwater.engine.watch import WatchEvent, WatchSpec, resolve_starts
 from headwater.errors import HeadwaterError, InvalidRequest, PayloadTooLarge
 from headwater.http.auth import Principal
-from headwater.http.v0 import append_body, commit_append
+from headwater.http.v0 import append_body, commit_append, require_config_names
 from headwater.http.v0_parse import boolean, parse_append, require_object
 from headwater.http.watch import parse_watch
 from headwater.names import validate_topic_name
@@ -187,6 +187,7 @@ class Commands:
         validate_topic_name(topic)
         limits = self.svc.settings.limits
         req = parse_append(cmd, limits, None, topic)
+        require_config_names(self.principal, req.config)
         return _Publish(topic, req, boolean(cmd, "return_seqs", True))
 
     async def _publish(self, pub: _Publish, request_id: object, t0: float) -> None:

@@ -33,7 +33,7 @@ from headwater.dev.emulator import MotoServer
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
-from tests.e2e.conftest import Cluster, ServerProcess
+from tests.e2e.conftest import Cluster, ServerProcess, sse_events
 from tests.faults.harness import FaultProxyProcess, wait_until
 from tests.faults.history import (
     AppendOp,
@@ -41,6 +41,7 @@ from tests.faults.history import (
     check_appends,
     check_producer_streams,
     check_reads,
+    tally,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -50,9 +51,12 @@ APPENDERS, OPS_PER_APPENDER = 4, 45
 READERS = 2
 PRODUCERS, SEQS_PER_PRODUCER = 2, 40
 CONSUMERS, JOBS = 3, 90
+NOTIFICATIONS, FLAG_VERSIONS = 30, 12
+FLAG_TOKEN = {"Authorization": "Bearer dev-acme-flags-rw-0000000000000000"}
+FLAG_NS = "/api/v1/tenants/acme/namespaces/faults/manifest"
 FAULTS = {"drop": 0.10, "timeout": 0.01, "error": 0.02, "throttle": 0.02, "slow": 0.02}
 SERVER_ENV = {
-    "HEADWATER_AWS_READ_TIMEOUT_MS": "1000",  # the proxy's held responses time out
+    "HEADWATER_AWS_READ_TIMEOUT_MS": "2000",  # the proxy holds answers 3 s: they time out
     "HEADWATER_SEAL_RECORDS": "48",  # seal (and trim) during the run
     "HEADWATER_SEAL_GRACE_MS": "1000",
     "HEADWATER_TIERING_INTERVAL_MS": "500",
@@ -227,12 +231,79 @@ def _consumer(rig: Rig, index: int, acked: list[int], done: threading.Event) -> 
                     acked.extend(s for s in seqs if s not in skipped)
 
 
+def _notifier(rig: Rig, outcomes: dict[int, str]) -> None:
+    """One aviso notify per n, never re-sent (aviso has no idempotency key): each answered
+    200 must be stored once, each refused must not be stored."""
+    with httpx.Client(base_url=rig.urls[1], timeout=60) as http:
+        for n in range(NOTIFICATIONS):
+            body = {
+                "event_type": "extreme",
+                "identifier": {
+                    "region": "north",
+                    "run_time": "1200",
+                    "severity": 3,
+                    "anomaly": 1.5,
+                },
+                "payload": {"n": n},
+            }
+            r = http.post("/api/v1/notification", json=body)
+            if r.status_code == 200:
+                outcomes[n] = "ok"
+            else:
+                rig.note_5xx("notify", r)
+                unknown = "may or may not" in r.text
+                outcomes[n] = "unknown" if unknown else "failed"
+
+
+def _flag_publisher(rig: Rig, versions: dict[int, int]) -> None:
+    """Publish distinct trees in order, each re-sent until answered (an identical tree
+    settles to the version that holds it)."""
+    with httpx.Client(base_url=rig.urls[0], timeout=60, headers=FLAG_TOKEN) as http:
+        for n in range(FLAG_VERSIONS):
+            files = {
+                "namespace.toml": 'name = "faults"\n',
+                "flags/f.toml": f"default = {n}\n",
+            }
+            for _ in range(20):
+                r = http.put(FLAG_NS, json={"files": files})
+                if r.status_code in (200, 201):
+                    versions[n] = r.json()["version"]
+                    break
+                rig.note_5xx("flag publish", r)
+                time.sleep(0.05)
+
+
+def _replayed_notifications(url: str) -> list[int]:
+    out: list[int] = []
+    with (
+        httpx.Client(base_url=url, timeout=60) as http,
+        http.stream(
+            "POST",
+            "/api/v1/replay",
+            json={"event_type": "extreme", "identifier": {}, "from_id": "1"},
+        ) as r,
+    ):
+        assert r.status_code == 200
+        for event, body in sse_events(r):
+            if event == "replay" and "id" in body:
+                out.append(body["data"]["payload"]["n"])
+            elif event in ("error", "connection-closing") or body.get("type") == "end_of_stream":
+                break
+    return out
+
+
 def _read_ids(url: str, topic: str) -> list[tuple[int, str]]:
+    """The whole topic, after the faults: a 503 here is the loaded machine (the emulator
+    slower than the read timeout), so the read is repeated a few times."""
     out: list[tuple[int, str]] = []
     cursor = 0
     with httpx.Client(timeout=60) as http:
         while True:
-            r = http.post(f"{url}/v0/topics/{topic}/diff", json={"from_seq": cursor, "limit": 1000})
+            for _ in range(5):
+                body = {"from_seq": cursor, "limit": 1000}
+                r = http.post(f"{url}/v0/topics/{topic}/diff", json=body)
+                if r.status_code != 503:
+                    break
             assert r.status_code == 200, r.text
             body = r.json()
             out.extend((rec["$seq"], rec["data"]["id"]) for rec in body["records"])
@@ -286,6 +357,9 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
     jobs = _produce_jobs(rig)
     threads = [rig.thread(_appender, i, ops) for i in range(APPENDERS)]
     threads += [rig.thread(_producer, i) for i in range(PRODUCERS)]
+    notified: dict[int, str] = {}
+    published: dict[int, int] = {}
+    threads += [rig.thread(_notifier, notified), rig.thread(_flag_publisher, published)]
     readers = [rig.thread(_reader, i, stop, seen[f"r{i}"]) for i in range(READERS)]
     consumers = [rig.thread(_consumer, i, acked, drained) for i in range(CONSUMERS)]
     for t in threads + readers + consumers:
@@ -329,6 +403,19 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
     problems += check_producer_streams(
         {f"p{i}": SEQS_PER_PRODUCER for i in range(PRODUCERS)}, entries
     )
+    # each notification answered 200 is stored once, each refused one not at all
+    replayed = _replayed_notifications(rig.urls[0])
+    for n, outcome in notified.items():
+        times = replayed.count(n)
+        if (outcome == "ok" and times != 1) or (outcome == "failed" and times) or times > 1:
+            problems.append(f"notification {n} ({outcome}) stored {times} times")
+    # every flag tree published once, in order, as consecutive versions
+    with httpx.Client(base_url=rig.urls[1], timeout=60, headers=FLAG_TOKEN) as http:
+        listed = http.get(f"{FLAG_NS}/versions").json()["versions"]
+    got = [v["version"] for v in listed]
+    want = list(range(1, FLAG_VERSIONS + 1))
+    if sorted(got) != want or [published[n] for n in range(FLAG_VERSIONS)] != want:
+        problems.append(f"flag versions {got} (answered {published})")
     # the exactly-once router copies each source record once, in order
     wait_until(lambda: len(_read_ids(rig.urls[1], COPY)) >= len(log), 60, "the router to catch up")
     copied = _read_ids(rig.urls[1], COPY)
@@ -342,11 +429,17 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
 
     acknowledged = sum(1 for op in ops if op.outcome == "ok")
     summary = {
-        "operations": len(ops) + len(jobs) + PRODUCERS * SEQS_PER_PRODUCER,
+        "operations": len(ops)
+        + len(jobs)
+        + PRODUCERS * SEQS_PER_PRODUCER
+        + NOTIFICATIONS
+        + FLAG_VERSIONS,
         "appends_acknowledged": acknowledged,
         "records": len(log),
         "faults": {k: faults[k] for k in ("drop", "timeout", "error", "throttle", "slow")},
         "storage_requests": faults["requests"],
+        **tally(ops, log),
+        "acks_misreported": len(check_acks(jobs, acked)),
         "5xx": len(rig.fivexx),
         "problems": len(problems),
         "seconds": round(elapsed, 1),

@@ -143,3 +143,20 @@ def check_acks(jobs: Iterable[int], acked: Sequence[int]) -> list[str]:
     if counts:
         problems.append(f"acks of jobs never produced: {sorted(counts)[:5]}")
     return problems
+
+
+def tally(ops: Sequence[AppendOp], log: Sequence[tuple[int, str]]) -> dict[str, int]:
+    """Counts for a report: records acknowledged but missing, records stored more than once,
+    appends refused that applied, and "deduped" answers to first attempts."""
+    where: dict[str, int] = defaultdict(int)
+    for _, rid in log:
+        where[rid] += 1
+    ok = [op for op in ops if op.outcome == "ok"]
+    return {
+        "lost": sum(1 for op in ok for rid in op.ids if where.get(rid, 0) == 0),
+        "duplicated": sum(n - 1 for n in where.values() if n > 1),
+        "false_failures": sum(
+            1 for op in ops if op.outcome == "failed" and any(where.get(r) for r in op.ids)
+        ),
+        "dedup_lies": sum(1 for op in ok if op.deduped and op.attempts <= 1),
+    }

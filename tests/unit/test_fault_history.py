@@ -11,6 +11,7 @@ from tests.faults.history import (
     check_appends,
     check_producer_streams,
     check_reads,
+    tally,
 )
 
 pytestmark = pytest.mark.unit
@@ -81,3 +82,14 @@ def test_every_job_is_acked_exactly_once() -> None:
     assert check_acks([1, 2], [2, 1]) == []
     assert check_acks([1, 2], [1]) != []
     assert check_acks([1, 2], [1, 2, 2]) != []
+
+
+def test_tally_counts_what_went_wrong() -> None:
+    ops = [
+        _ok("a", ["a1"], 1),
+        _ok("b", ["b1"], 2, deduped=True),
+        AppendOp("c", ["c1"], outcome="failed"),
+        _ok("d", ["d1"], 9),
+    ]
+    counts = tally(ops, [(1, "a1"), (2, "b1"), (3, "a1"), (4, "c1")])
+    assert counts == {"lost": 1, "duplicated": 1, "false_failures": 1, "dedup_lies": 1}

@@ -190,6 +190,7 @@ async def open_watch(wid: str, request: Request) -> Response:
         topics=[t.topic for t in session.spec.topics],
         grace_ms=caps.buffer_grace_ms,
         timeout_ms=caps.slow_consumer_timeout_ms,
+        buffer_bytes=caps.stream_buffer_bytes,
     )
 
 

@@ -174,7 +174,7 @@ class Caps:
     # closes the stream; a request head not complete within header_timeout_ms of the
     # connection opening (or of its first byte, on a kept-alive connection) closes it.
     slow_consumer_timeout_ms: int = 30_000
-    stream_buffer_bytes: int = 128 << 10
+    stream_buffer_bytes: int = 64 << 10
     socket_buffer_bytes: int = 64 << 10
     header_timeout_ms: int = 10_000
 
@@ -392,7 +392,7 @@ class Settings:
             max_total_bytes=_int(e, ENV_MAX_TOTAL_BYTES, 0),
             buffer_grace_ms=_int(e, ENV_BUFFER_GRACE_MS, 5_000, 10),
             slow_consumer_timeout_ms=_int(e, ENV_SLOW_CONSUMER_TIMEOUT_MS, 30_000, 100),
-            stream_buffer_bytes=_int(e, ENV_STREAM_BUFFER_BYTES, 128 << 10, 1024),
+            stream_buffer_bytes=_int(e, ENV_STREAM_BUFFER_BYTES, 64 << 10, 1024),
             socket_buffer_bytes=_int(e, ENV_SOCKET_BUFFER_BYTES, 64 << 10, 1024),
             header_timeout_ms=_int(e, ENV_HEADER_TIMEOUT_MS, 10_000, 100),
         )

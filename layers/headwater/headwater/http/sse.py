@@ -123,7 +123,7 @@ class EventStreamResponse(Response):
         grace_ms: int,
         timeout_ms: int,
         queue_frames: int = QUEUE_FRAMES,
-        buffer_bytes: int = 128 << 10,
+        buffer_bytes: int = 64 << 10,
         headers: Mapping[str, str] = SSE_HEADERS,
         content_type: str = "text/event-stream; charset=utf-8",
         pacing_advice: bool = True,
@@ -235,8 +235,14 @@ class EventStreamResponse(Response):
                     parts.insert(0, self._advisory())
             elif self.queue.empty():
                 self.advised = False
-            if not await self._write(send, b"".join(parts), more=True):
-                return
+            body = b"".join(parts)
+            # Written in pieces of at most the buffer's size: each waits for the socket to
+            # take the previous one, so the server's transport never holds a whole large
+            # frame for a client that stopped reading.
+            step = self.queue.max_bytes
+            for at in range(0, len(body), step):
+                if not await self._write(send, body[at : at + step], more=True):
+                    return
         if self.outcome == "open":
             self.outcome = "complete"
         await self._write(send, b"", more=False)

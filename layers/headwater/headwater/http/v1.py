@@ -694,6 +694,9 @@ def _sse(
     svc = services(request)
     key_id = svc.keys.authenticate(request.headers.get("authorization")).key_id
     slot = svc.limits.acquire_stream(key_id if svc.keys.enabled else None)
+    # Pages no bigger than the stream's buffer: a client that stops reading holds a few
+    # of them in this process, not a few 4 MB pages.
+    page_bytes = svc.settings.caps.stream_buffer_bytes
 
     async def events() -> AsyncGenerator[bytes, None]:
         nonlocal head, state, start
@@ -701,7 +704,7 @@ def _sse(
         first = True
         while time.monotonic() < ends:
             if start < head.head_seq:
-                rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key)
+                rr = await streams.read(head, start, PAGE_RECORDS, page_bytes, key)
                 start = max(rr.next_seq, start)
                 if rr.records:
                     # One write: a reader that stops at the first "event: control" it sees

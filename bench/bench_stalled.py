@@ -483,10 +483,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=None,
         help="HEADWATER_SLOW_CONSUMER_TIMEOUT_MS of the server (default: the server's, 30000)",
     )
+    ap.add_argument(
+        "--header-timeout-ms",
+        type=int,
+        default=None,
+        help="HEADWATER_HEADER_TIMEOUT_MS of the server (default: the server's, 10000)",
+    )
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/...)")
     args = ap.parse_args(argv)
+    # The server processes inherit this process's environment (bench_v0.BenchServer).
     if args.slow_consumer_ms is not None:
         os.environ["HEADWATER_SLOW_CONSUMER_TIMEOUT_MS"] = str(args.slow_consumer_ms)
+    if args.header_timeout_ms is not None:
+        os.environ["HEADWATER_HEADER_TIMEOUT_MS"] = str(args.header_timeout_ms)
     q = args.quick
     p = Params(
         runs=args.runs or (1 if q else 3),

@@ -166,7 +166,7 @@ class Caps:
     max_inflight_per_key: int = 1_000
     max_total_bytes: int = 0
     buffer_grace_ms: int = 5_000
-    # Stalled clients (docs/limits.md, "Stalled clients"). A stream connection (SSE or
+    # Stalled clients (docs/v0-topics.md, "Stalled clients"). A stream connection (SSE or
     # WebSocket) holds at most stream_buffer_bytes of frames (plus the one being produced)
     # waiting for its socket; every connection of the uvicorn server holds at most
     # socket_buffer_bytes unsent in the transport and as many unsent in the kernel

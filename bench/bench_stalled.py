@@ -114,7 +114,7 @@ def _hostile(spec: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]:
         sock.sendall(loris_head)
         loris.append((sock, time.monotonic()))
     ready.wait(timeout=120)
-    go.wait(timeout=30)
+    go.wait(timeout=300)  # the parent waits for the server to take every stream first
     end = time.monotonic() + spec["duration"]
     stream_closed: list[float] = []  # seconds after opening, per stream closed by the server
     closed_idx: set[int] = set()
@@ -281,13 +281,19 @@ def _phase_runner(p: Params, emu: Emulators, phase: str, extras: list[dict[str, 
                 proc = ctx.Process(target=hostile_main, args=(spec, ready, go, out))
                 proc.start()
                 ready.wait(timeout=180)
-                # the window starts once the server holds every stream (its slot taken)
+                # the window starts once the server holds every stream (its slot taken), or
+                # once the count has not moved for 5 s (a server whose streams take none)
                 deadline = time.monotonic() + 120
-                while time.monotonic() < deadline:
-                    hostile["slots_held"] = _gauge(base, "topics_sse_connections")
-                    if hostile["slots_held"] >= p.stalled:
+                still = time.monotonic()
+                held = -1.0
+                while time.monotonic() < deadline and time.monotonic() - still < 5:
+                    now_held = _gauge(base, "topics_sse_connections")
+                    if now_held != held:
+                        held, still = now_held, time.monotonic()
+                    if held >= p.stalled:
                         break
                     time.sleep(0.5)
+                hostile["slots_held"] = held
             counter.reset()
             begin()
             cpu0 = process_cpu_seconds(srv.pid)

@@ -61,7 +61,7 @@ def test_a_client_that_stops_reading_is_bounded_then_cut_off_and_its_slot_freed(
     took = asyncio.run(scenario())
     # THEN the stream ended after the deadline (plus the final frame's wait) by itself
     assert response.outcome == "slow_consumer"
-    assert took < 10
+    assert took < 15
     # AND its producer was closed and its slot released
     assert closed.is_set()
     assert not slot.held and limits.streams == 0

@@ -145,6 +145,7 @@ class EventStreamResponse(Response):
         self.blocked_since: float | None = None  # producer waiting for queue space
         self.advised = False
         self.outcome = "open"  # then: complete | disconnected | slow_consumer
+        self.gone = asyncio.Event()  # the server reported the client gone
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         tasks: list[asyncio.Task[None]] = []
@@ -201,6 +202,7 @@ class EventStreamResponse(Response):
             if message["type"] == "http.disconnect":
                 if self.outcome == "open":
                     self.outcome = "disconnected"
+                self.gone.set()
                 return
 
     def _advisory(self) -> bytes:
@@ -267,6 +269,13 @@ class EventStreamResponse(Response):
         with contextlib.suppress(Exception):
             async with asyncio.timeout(FINAL_WRITE_S):
                 await send({"type": "http.response.body", "body": final, "more_body": False})
+                return False
+        # The client took nothing more: a server that resets such sockets (headwater.http.
+        # serving does, within FINAL_WRITE_S of this) reports it gone; the stream then ends
+        # as a disconnect rather than as a response the server sees abandoned.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FINAL_WRITE_S):
+                await self.gone.wait()
         return False
 
 

@@ -710,6 +710,7 @@ def _sse(
                     # One write: a reader that stops at the first "event: control" it sees
                     # (even one quoted inside the data) still holds the whole data event.
                     data = sse_data_event(_payload(state, rr, view), encoding)
+                    del rr  # a blocked stream holds its event's bytes, not the decoded page
                     yield data + _control(head, state, start, cursor)
                     first = False
                     continue

@@ -6,8 +6,8 @@ Processes: the emulator (moto), the app served by uvicorn from bench/server.py (
 headwater.http.serving's protocol, as `make run`; AWS calls counted there), the hostile
 clients in one spawned process (plain sockets, nothing read, ever), and the probe and the
 writer in this process (the raw HTTP/1.1 client of bench_v0). Every measurement gets fresh
-tables and a fresh server process, started with the default limits (and a 16 MiB frame
-cache, --frame-cache-mb, so that RSS shows the connections rather than the cache filling).
+tables and a fresh server process, started with the default limits (and the frame cache
+off, --frame-cache-mb, so that RSS shows the connections rather than the cache filling).
 
 Measurements (the probe: GET /v0/topics/probe, 20 per second, one keep-alive connection;
 one operation = one probe request):
@@ -500,10 +500,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--frame-cache-mb",
         type=int,
-        default=16,
-        help="HEADWATER_FRAME_CACHE_BYTES of the server in MiB (default 16, not the server's "
-        "128: at 800 records/s the cache alone would grow RSS by ~3 MB/s up to its cap, and "
-        "RSS is to show what the connections cost)",
+        default=0,
+        help="HEADWATER_FRAME_CACHE_BYTES of the server in MiB (default 0, off: at 800 "
+        "records/s the cache alone grows RSS by ~3 MB/s even at 16 MiB, and RSS is to show "
+        "what the connections cost)",
     )
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/...)")
     args = ap.parse_args(argv)

@@ -6,8 +6,7 @@ Processes: the emulator (moto), the app served by uvicorn from bench/server.py (
 headwater.http.serving's protocol, as `make run`; AWS calls counted there), the hostile
 clients in one spawned process (plain sockets, nothing read, ever), and the probe and the
 writer in this process (the raw HTTP/1.1 client of bench_v0). Every measurement gets fresh
-tables and a fresh server process, started with the default limits (and the frame cache
-off, --frame-cache-mb, so that RSS shows the connections rather than the cache filling).
+tables and a fresh server process, started with the default limits.
 
 Measurements (the probe: GET /v0/topics/probe, 20 per second, one keep-alive connection;
 one operation = one probe request):
@@ -73,7 +72,7 @@ class Params:
     rate: float
     stalled: int
     loris: int
-    frame_cache_mb: int
+    frame_cache_mb: int | None
 
 
 # --- hostile clients (a spawned process; plain sockets, never read) -----------------------
@@ -500,14 +499,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--frame-cache-mb",
         type=int,
-        default=0,
-        help="HEADWATER_FRAME_CACHE_BYTES of the server in MiB (default 0, off: at 800 "
-        "records/s the cache alone grows RSS by ~3 MB/s even at 16 MiB, and RSS is to show "
-        "what the connections cost)",
+        default=None,
+        help="HEADWATER_FRAME_CACHE_BYTES of the server in MiB (default: the server's). "
+        "With the cache on, RSS grows with what the writer appends, not only with the "
+        "connections; with it off, every delivery reads the emulator, which then dominates",
     )
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/...)")
     args = ap.parse_args(argv)
-    os.environ["HEADWATER_FRAME_CACHE_BYTES"] = str(args.frame_cache_mb << 20)
+    if args.frame_cache_mb is not None:
+        os.environ["HEADWATER_FRAME_CACHE_BYTES"] = str(args.frame_cache_mb << 20)
     # The server processes inherit this process's environment (bench_v0.BenchServer).
     if args.slow_consumer_ms is not None:
         os.environ["HEADWATER_SLOW_CONSUMER_TIMEOUT_MS"] = str(args.slow_consumer_ms)

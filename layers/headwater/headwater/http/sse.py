@@ -6,8 +6,9 @@
   `buffer_bytes` bytes, `HEADWATER_STREAM_BUFFER_BYTES`, plus the frame being produced).
   While the client does not drain, the producer blocks, so the engine's next read picks
   up everything that arrived meanwhile: records coalesce into larger, fewer batches, and
-  queued frames go out in one write. A client that never reads therefore costs at most
-  that much memory here, and no reads: the engine stops at the blocked producer.
+  queued frames go out together (writes of at most `buffer_bytes` plus one frame; a frame
+  is never split). A client that never reads therefore costs at most that much memory
+  here, and no reads: the engine stops at the blocked producer.
 - Slow consumers: if the producer stays blocked past `buffer_grace_ms`, the next write
   starts with an advisory `error` frame (code 429: the named topics are paced; the stream
   stays open). If one write cannot complete within `slow_consumer_timeout` (the write
@@ -237,14 +238,10 @@ class EventStreamResponse(Response):
                     parts.insert(0, self._advisory())
             elif self.queue.empty():
                 self.advised = False
-            body = b"".join(parts)
-            # Written in pieces of at most the buffer's size: each waits for the socket to
-            # take the previous one, so the server's transport never holds a whole large
-            # frame for a client that stopped reading.
-            step = self.queue.max_bytes
-            for at in range(0, len(body), step):
-                if not await self._write(send, body[at : at + step], more=True):
-                    return
+            # One write of whole frames, at most the buffer plus one frame: a frame is never
+            # split, so the final frame after a missed deadline follows a complete event.
+            if not await self._write(send, b"".join(parts), more=True):
+                return
         if self.outcome == "open":
             self.outcome = "complete"
         await self._write(send, b"", more=False)

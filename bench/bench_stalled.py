@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -382,8 +383,17 @@ def _stalled_summary(extras: list[dict[str, Any]], p: Params) -> dict[str, Any]:
         },
         "rss_mb": {k: median([e["rss_mb"][k] for e in extras]) for k in ("before", "peak", "end")},
         "records_per_s_written": median([e["records_per_s_written"] for e in extras]),
-        "per_run": extras,
+        "per_run": [_brief(e) for e in extras],
     }
+
+
+def _brief(extra: dict[str, Any]) -> dict[str, Any]:
+    """One run's extras with its close times summarised (count, p50, max), not listed."""
+    out = {k: v for k, v in extra.items() if not k.endswith("_closed_s")}
+    for key in ("stream_closed_s", "loris_closed_s"):
+        xs = extra.get(key, [])
+        out[key] = {"n": len(xs), "p50": percentile(xs, 50), "max": max(xs, default=math.nan)}
+    return out
 
 
 def run(p: Params, out_path: Path, argv: list[str] | None) -> dict[str, Any]:

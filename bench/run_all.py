@@ -15,7 +15,8 @@ watch latency, replay of 100,000 sealed notifications with and without a polygon
 and bench_flags (feature-flag manifests: publish -> delta latency over 100 SSE connections,
 closure builds of a 1,000-flag namespace) and bench_dashboard (the /api/v2 feed: ingest ->
 sentiment_update latency on the ingesting and on another process with 1/10/50 streams,
-ingest -> metrics, ingest throughput) run on moto only.
+ingest -> metrics, ingest throughput) and bench_stalled (a normal client's latency with
+200 never-reading SSE clients and 200 slowloris sockets) run on moto only.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bench import (
     bench_live,
     bench_notify,
     bench_queue,
+    bench_stalled,
     bench_tiering,
     bench_v0,
 )
@@ -125,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         dashboard = bench_dashboard.main(forwarded)
         missed += missed_targets(dashboard, "dashboard")
         errors += failed_requests(dashboard)
+        print("\n######## bench stalled (latency with never-reading clients, slowloris) on moto")
+        stalled = bench_stalled.main(forwarded)
+        missed += missed_targets(stalled, "stalled")
+        errors += failed_requests(stalled)
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -43,6 +43,9 @@ ENV_MAX_INFLIGHT_PER_KEY = "TOPICS_MAX_INFLIGHT_PER_KEY"
 ENV_MAX_TOTAL_BYTES = "TOPICS_MAX_TOTAL_BYTES"
 ENV_BUFFER_GRACE_MS = "HEADWATER_SSE_BUFFER_GRACE_MS"
 ENV_SLOW_CONSUMER_TIMEOUT_MS = "HEADWATER_SLOW_CONSUMER_TIMEOUT_MS"
+ENV_STREAM_BUFFER_BYTES = "HEADWATER_STREAM_BUFFER_BYTES"
+ENV_SOCKET_BUFFER_BYTES = "HEADWATER_SOCKET_BUFFER_BYTES"
+ENV_HEADER_TIMEOUT_MS = "HEADWATER_HEADER_TIMEOUT_MS"
 ENV_SEAL_RECORDS = "HEADWATER_SEAL_RECORDS"
 ENV_SEAL_BYTES = "HEADWATER_SEAL_BYTES"
 ENV_SEAL_AGE_MS = "HEADWATER_SEAL_AGE_MS"
@@ -165,7 +168,17 @@ class Caps:
     max_inflight_per_key: int = 1_000
     max_total_bytes: int = 0
     buffer_grace_ms: int = 5_000
+    # Stalled clients (docs/v0-topics.md, "Stalled clients"). A stream connection (SSE or
+    # WebSocket) holds at most stream_buffer_bytes of frames (plus the one being produced)
+    # waiting for its socket; every connection of the uvicorn server holds at most
+    # socket_buffer_bytes unsent in the transport and as many unsent in the kernel
+    # (TCP_NOTSENT_LOWAT). A write the client does not take within slow_consumer_timeout_ms
+    # closes the stream; a request head not complete within header_timeout_ms of the
+    # connection opening (or of its first byte, on a kept-alive connection) closes it.
     slow_consumer_timeout_ms: int = 30_000
+    stream_buffer_bytes: int = 64 << 10
+    socket_buffer_bytes: int = 64 << 10
+    header_timeout_ms: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +396,9 @@ class Settings:
             max_total_bytes=_int(e, ENV_MAX_TOTAL_BYTES, 0),
             buffer_grace_ms=_int(e, ENV_BUFFER_GRACE_MS, 5_000, 10),
             slow_consumer_timeout_ms=_int(e, ENV_SLOW_CONSUMER_TIMEOUT_MS, 30_000, 100),
+            stream_buffer_bytes=_int(e, ENV_STREAM_BUFFER_BYTES, 64 << 10, 1024),
+            socket_buffer_bytes=_int(e, ENV_SOCKET_BUFFER_BYTES, 64 << 10, 1024),
+            header_timeout_ms=_int(e, ENV_HEADER_TIMEOUT_MS, 10_000, 100),
         )
         return cls(
             host=e.get(ENV_HOST, "127.0.0.1") or "127.0.0.1",

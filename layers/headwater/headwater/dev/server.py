@@ -58,11 +58,16 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(app: FastAPI, settings: Settings) -> None:
-    """Serve with uvicorn until SIGINT/SIGTERM (uvloop + httptools when installed)."""
+    """Serve with uvicorn until SIGINT/SIGTERM (uvloop when installed), through httptools
+    with the stalled-client guards (headwater.http.serving: a header deadline, bounded
+    unsent bytes, sockets of clients that stopped reading reset once closed)."""
+    from headwater.http.serving import http_protocol
+
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
+        http=http_protocol(settings),
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=5,

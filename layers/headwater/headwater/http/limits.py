@@ -92,13 +92,14 @@ class ConnectionLimits:
         return Slot(free)
 
 
-def is_stream_request(method: str, path: str) -> bool:
+def is_stream_request(method: str, path: str, query: bytes = b"") -> bool:
     """Long-lived streams are bounded by the stream caps, not the in-flight cap (§11)."""
     if method == "POST":
         return path in ("/api/v1/watch", "/api/v1/replay")
     return method == "GET" and (
         (path.startswith("/v0/watch/") and path.count("/") == 3)
         or (path.startswith("/v0/topics/") and path.endswith("/work"))
+        or (path.startswith("/v1/stream/") and b"live=sse" in query.split(b"&"))
     )
 
 
@@ -110,7 +111,9 @@ class InflightLimit:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or is_stream_request(scope["method"], scope["path"]):
+        if scope["type"] != "http" or is_stream_request(
+            scope["method"], scope["path"], scope.get("query_string", b"")
+        ):
             await self.app(scope, receive, send)
             return
         svc = scope["app"].state.services.get()

@@ -111,6 +111,7 @@ async def _stream(request: Request, kind: RequestKind) -> Response:
         topics=[topic],
         grace_ms=caps.buffer_grace_ms,
         timeout_ms=caps.slow_consumer_timeout_ms,
+        buffer_bytes=caps.stream_buffer_bytes,
         headers=SSE_HEADERS,
         content_type="text/event-stream",
         pacing_advice=False,

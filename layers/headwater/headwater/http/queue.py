@@ -194,6 +194,7 @@ async def work(topic: str, request: Request) -> Response:
         topics=[topic],
         grace_ms=caps.buffer_grace_ms,
         timeout_ms=caps.slow_consumer_timeout_ms,
+        buffer_bytes=caps.stream_buffer_bytes,
     )
 
 

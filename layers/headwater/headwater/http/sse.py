@@ -2,14 +2,21 @@
 
 - It owns its connection slot and releases it on every exit path: clean end, client gone,
   cancellation, or an exception in the producer.
-- Frames pass through a bounded outbound queue. While the client does not drain, the
-  producer blocks, so the engine's next read picks up everything that arrived meanwhile:
-  records coalesce into larger, fewer batches, and queued frames go out in one write.
+- Frames pass through a bounded outbound queue (at most `queue_frames` frames and
+  `buffer_bytes` bytes, `HEADWATER_STREAM_BUFFER_BYTES`, plus the frame being produced).
+  While the client does not drain, the producer blocks, so the engine's next read picks
+  up everything that arrived meanwhile: records coalesce into larger, fewer batches, and
+  queued frames go out together (writes of at most `buffer_bytes` plus one frame; a frame
+  is never split). A client that never reads therefore costs at most that much memory
+  here, and no reads: the engine stops at the blocked producer.
 - Slow consumers: if the producer stays blocked past `buffer_grace_ms`, the next write
   starts with an advisory `error` frame (code 429: the named topics are paced; the stream
-  stays open). If one write cannot complete within `slow_consumer_timeout`, the server
-  sends a final `error` frame (code 408) and closes; the session survives, so the client
-  resumes from its cursors with Last-Event-ID.
+  stays open). If one write cannot complete within `slow_consumer_timeout` (the write
+  deadline: an ASGI server's send waits while the socket's buffers are full), the server
+  sends a final `error` frame (code 408), waits at most FINAL_WRITE_S for it, and ends the
+  stream, releasing its slot, tasks and producer; the session survives, so the client
+  resumes from its cursors with Last-Event-ID. (uvicorn cannot close a socket whose
+  unsent bytes never drain; headwater.http.serving aborts it.)
 - A storage failure mid-stream ends the stream with a final `error` frame (code 503)
   instead of a broken connection.
 """
@@ -20,7 +27,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -31,9 +40,9 @@ from headwater.http.limits import Slot
 from headwater.settings import Caps
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-QUEUE_FRAMES = 8  # outbound frames held per connection (each bounded by max_batch_bytes)
-COALESCE_BYTES = 1 << 20  # queued frames joined into one write up to this size
+QUEUE_FRAMES = 8  # outbound frames held per connection (and at most buffer_bytes of them)
 FINAL_WRITE_S = 5.0  # how long the final frame may wait for the client to read (ASGI servers
 # wait for the socket to drain before they write)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
@@ -50,6 +59,46 @@ async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         if not task.cancelled() and task.exception() is not None:
             log.debug("stream task ended with %r", task.exception())
+
+
+class Outbox(Generic[T]):
+    """Frames waiting for a socket, bounded by count and bytes; one producer, one consumer.
+    `put` waits while the box is full; an item is taken whatever its size once there is
+    room, so the box holds at most `max_bytes` plus one item."""
+
+    def __init__(self, max_frames: int, max_bytes: int) -> None:
+        self.max_frames = max(1, max_frames)
+        self.max_bytes = max(1, max_bytes)
+        self.items: deque[tuple[T, int]] = deque()
+        self.bytes = 0
+        self._room = asyncio.Event()
+        self._ready = asyncio.Event()
+
+    def full(self) -> bool:
+        return len(self.items) >= self.max_frames or self.bytes >= self.max_bytes
+
+    def empty(self) -> bool:
+        return not self.items
+
+    async def put(self, item: T, size: int) -> None:
+        while self.full():
+            self._room.clear()
+            await self._room.wait()
+        self.items.append((item, size))
+        self.bytes += size
+        self._ready.set()
+
+    def get_nowait(self) -> T:
+        item, size = self.items.popleft()
+        self.bytes -= size
+        self._room.set()
+        return item
+
+    async def get(self) -> T:
+        while not self.items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self.get_nowait()
 
 
 def error_frame(body: dict[str, object]) -> bytes:
@@ -75,6 +124,7 @@ class EventStreamResponse(Response):
         grace_ms: int,
         timeout_ms: int,
         queue_frames: int = QUEUE_FRAMES,
+        buffer_bytes: int = 64 << 10,
         headers: Mapping[str, str] = SSE_HEADERS,
         content_type: str = "text/event-stream; charset=utf-8",
         pacing_advice: bool = True,
@@ -92,21 +142,26 @@ class EventStreamResponse(Response):
         ]
         self.pacing_advice = pacing_advice
         self.final_frame = final_frame
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=queue_frames)
+        self.queue: Outbox[bytes | None] = Outbox(queue_frames, buffer_bytes)
         self.blocked_since: float | None = None  # producer waiting for queue space
         self.advised = False
         self.outcome = "open"  # then: complete | disconnected | slow_consumer
+        self.gone = asyncio.Event()  # the server reported the client gone
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         tasks: list[asyncio.Task[None]] = []
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": self.sse_headers,
-                }
-            )
+            start: Message = {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": self.sse_headers,
+            }
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await send(start)
+            except TimeoutError:
+                self.outcome = "slow_consumer"
+                return
             producer = asyncio.create_task(self._produce())
             watcher = asyncio.create_task(self._watch_disconnect(receive))
             sender = asyncio.create_task(self._send_loop(send))
@@ -129,16 +184,18 @@ class EventStreamResponse(Response):
             async for chunk in self.frames:
                 if self.queue.full():
                     self.blocked_since = time.monotonic()
-                await self.queue.put(chunk)
+                await self.queue.put(chunk, len(chunk))
                 self.blocked_since = None
         except HeadwaterError as exc:
             log.warning("stream ended by %s: %s", exc.code, exc.message)
-            await self.queue.put(self.final_frame(exc.status, exc.message))
+            final = self.final_frame(exc.status, exc.message)
+            await self.queue.put(final, len(final))
         except Exception:
             # A bug in a producer must end the stream, not leave it open and silent.
             log.exception("stream producer failed")
-            await self.queue.put(self.final_frame(500, "internal error"))
-        await self.queue.put(None)
+            final = self.final_frame(500, "internal error")
+            await self.queue.put(final, len(final))
+        await self.queue.put(None, 0)
 
     async def _watch_disconnect(self, receive: Receive) -> None:
         while True:
@@ -146,6 +203,7 @@ class EventStreamResponse(Response):
             if message["type"] == "http.disconnect":
                 if self.outcome == "open":
                     self.outcome = "disconnected"
+                self.gone.set()
                 return
 
     def _advisory(self) -> bytes:
@@ -166,7 +224,7 @@ class EventStreamResponse(Response):
                 break
             parts = [chunk]
             size = len(chunk)
-            while size < COALESCE_BYTES and not self.queue.empty():
+            while size < self.queue.max_bytes and not self.queue.empty():
                 nxt = self.queue.get_nowait()
                 if nxt is None:
                     ended = True
@@ -180,31 +238,42 @@ class EventStreamResponse(Response):
                     parts.insert(0, self._advisory())
             elif self.queue.empty():
                 self.advised = False
-            message: Message = {
-                "type": "http.response.body",
-                "body": b"".join(parts),
-                "more_body": True,
-            }
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    await send(message)
-            except TimeoutError:
-                self.outcome = "slow_consumer"
-                log.warning("closing a stream not drained for %.1f s", self.timeout_s)
-                final = self.final_frame(
-                    408,
-                    "slow consumer: the stream could not drain in time; reconnect "
-                    "with Last-Event-ID to resume",
-                )
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(FINAL_WRITE_S):
-                        await send(
-                            {"type": "http.response.body", "body": final, "more_body": False}
-                        )
+            # One write of whole frames, at most the buffer plus one frame: a frame is never
+            # split, so the final frame after a missed deadline follows a complete event.
+            if not await self._write(send, b"".join(parts), more=True):
                 return
         if self.outcome == "open":
             self.outcome = "complete"
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await self._write(send, b"", more=False)
+
+    async def _write(self, send: Send, body: bytes, *, more: bool) -> bool:
+        """One write within the deadline. Past it, the final frame (if the client takes it
+        within FINAL_WRITE_S) ends the stream, and False says the stream is over."""
+        message: Message = {"type": "http.response.body", "body": body, "more_body": more}
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await send(message)
+            return True
+        except TimeoutError:
+            pass
+        self.outcome = "slow_consumer"
+        log.warning("closing a stream not drained for %.1f s", self.timeout_s)
+        final = self.final_frame(
+            408,
+            "slow consumer: the stream could not drain in time; reconnect "
+            "with Last-Event-ID to resume",
+        )
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(FINAL_WRITE_S):
+                await send({"type": "http.response.body", "body": final, "more_body": False})
+                return False
+        # The client took nothing more: a server that resets such sockets (headwater.http.
+        # serving does, within FINAL_WRITE_S of this) reports it gone; the stream then ends
+        # as a disconnect rather than as a response the server sees abandoned.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FINAL_WRITE_S):
+                await self.gone.wait()
+        return False
 
 
 def bare_event_stream(
@@ -224,6 +293,7 @@ def bare_event_stream(
         topics=topics,
         grace_ms=caps.buffer_grace_ms,
         timeout_ms=caps.slow_consumer_timeout_ms,
+        buffer_bytes=caps.stream_buffer_bytes,
         headers=headers,
         content_type="text/event-stream",
         pacing_advice=False,

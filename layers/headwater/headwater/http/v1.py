@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import APIRouter
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from headwater import jsoncodec
 from headwater.durable import profiles, schema
@@ -62,6 +62,7 @@ from headwater.engine.records import StoredRecord
 from headwater.engine.values import RangeRead
 from headwater.errors import HeadwaterError, InvalidRequest, NotFound, PayloadTooLarge
 from headwater.http.auth import Principal
+from headwater.http.sse import bare_event_stream
 from headwater.http.v0 import authorize, services
 from headwater.services import Services
 from headwater.storage.ports import Head
@@ -713,19 +714,26 @@ def _sse(
     view: _View,
 ) -> Response:
     encoding = sse_encoding(state.content_type)
+    svc = services(request)
+    key_id = svc.keys.authenticate(request.headers.get("authorization")).key_id
+    slot = svc.limits.acquire_stream(key_id if svc.keys.enabled else None)
+    # Pages no bigger than the stream's buffer: a client that stops reading holds a few
+    # of them in this process, not a few 4 MB pages.
+    page_bytes = svc.settings.caps.stream_buffer_bytes
 
-    async def events() -> AsyncIterator[bytes]:
+    async def events() -> AsyncGenerator[bytes, None]:
         nonlocal head, state, start
         ends = time.monotonic() + SSE_MAX_S
         first = True
         while time.monotonic() < ends:
             if start < head.head_seq:
-                rr = await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key)
+                rr = await streams.read(head, start, PAGE_RECORDS, page_bytes, key)
                 start = max(rr.next_seq, start)
                 if rr.records:
                     # One write: a reader that stops at the first "event: control" it sees
                     # (even one quoted inside the data) still holds the whole data event.
                     data = sse_data_event(_payload(state, rr, view), encoding)
+                    del rr  # a blocked stream holds its event's bytes, not the decoded page
                     yield data + _control(head, state, start, cursor)
                     first = False
                     continue
@@ -743,14 +751,11 @@ def _sse(
                 continue
             head, state = moved
 
-    headers = {
-        "Cache-Control": "no-cache",
-        "X-Accel-Buffering": "no",
-        "Content-Type": "text/event-stream",
-    }
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if encoding == "base64":
         headers["Stream-SSE-Data-Encoding"] = "base64"
-    return StreamingResponse(events(), 200, headers=headers, media_type="text/event-stream")
+    # Bounded buffer, write deadline and a stream slot, as every SSE surface (http/sse.py).
+    return bare_event_stream(events(), slot, topics=[], caps=svc.settings.caps, headers=headers)
 
 
 def _control(head: Head, state: StreamState, next_seq: int, cursor: str) -> bytes:

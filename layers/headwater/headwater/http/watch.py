@@ -181,7 +181,9 @@ async def open_watch(wid: str, request: Request) -> Response:
         events = watch.stream(session)
         try:
             async for event in events:
-                yield sse_frame(event)
+                frame = sse_frame(event)
+                del event  # a blocked stream holds its frame's bytes, not the decoded records
+                yield frame
         finally:
             # Closed now, not whenever the garbage collector gets to it: closing saves the
             # session's cursors, and a reconnect must find them.
@@ -194,6 +196,7 @@ async def open_watch(wid: str, request: Request) -> Response:
         topics=[t.topic for t in session.spec.topics],
         grace_ms=caps.buffer_grace_ms,
         timeout_ms=caps.slow_consumer_timeout_ms,
+        buffer_bytes=caps.stream_buffer_bytes,
     )
 
 

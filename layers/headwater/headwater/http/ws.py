@@ -22,16 +22,20 @@ from headwater.engine.watch import TopicFeed
 from headwater.errors import HeadwaterError, Throttled, Unauthorized
 from headwater.http.auth import Principal
 from headwater.http.responses import elapsed_ms, error_body
+from headwater.http.sse import Outbox
 from headwater.http.ws_commands import Commands, error_frame, event_frame
 from headwater.services import LazyServices, Services
 
 router = APIRouter()
 log = logging.getLogger(__name__)
 
-# Frames waiting for the socket. While the client does not read, the writer blocks, the
-# queue fills, the feed waits before reading more, and records coalesce into larger
-# batches (up to each subscription's limit / max_batch_bytes).
+# Frames waiting for the socket: at most this many, and at most the stream buffer's bytes
+# (HEADWATER_STREAM_BUFFER_BYTES) plus one frame. While the client does not read, the
+# writer blocks, the queue fills, the feed waits before reading more, and records coalesce
+# into larger batches (up to each subscription's limit / max_batch_bytes). A write the
+# client does not take within slow_consumer_timeout ends the connection.
 QUEUE_FRAMES = 32
+CLOSE_WRITE_S = 5.0  # how long a closing frame may wait for the client to read
 MAX_INFLIGHT_PUBLISHES = 64
 DENIAL_EXTENSION = "websocket.http.response"
 
@@ -59,8 +63,11 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         try:
             await Connection(websocket, svc, principal).serve()
         finally:
+            # The close frame waits for the socket like any frame: a client that stopped
+            # reading never takes it (the server aborts the socket; headwater.http.serving).
             with contextlib.suppress(Exception):
-                await websocket.close()
+                async with asyncio.timeout(CLOSE_WRITE_S):
+                    await websocket.close()
 
 
 async def _authenticate(websocket: WebSocket, svc: Services) -> Principal | None:
@@ -96,14 +103,15 @@ async def _refuse(websocket: WebSocket, exc: HeadwaterError, close_code: int) ->
 class Connection:
     def __init__(self, websocket: WebSocket, svc: Services, principal: Principal) -> None:
         self.websocket = websocket
-        self.write_timeout_s = svc.settings.caps.slow_consumer_timeout_ms / 1000
+        caps = svc.settings.caps
+        self.write_timeout_s = caps.slow_consumer_timeout_ms / 1000
         self.feed = TopicFeed(svc.engine)
-        self.queue: asyncio.Queue[_Item] = asyncio.Queue(QUEUE_FRAMES)
+        self.queue: Outbox[_Item] = Outbox(QUEUE_FRAMES, caps.stream_buffer_bytes)
         self.commands = Commands(svc, principal, self.feed, self._send_reply)
         self.inflight: set[asyncio.Task[None]] = set()
 
     async def _send_reply(self, frame: bytes) -> None:
-        await self.queue.put((frame, None, None))
+        await self.queue.put((frame, None, None), len(frame))
 
     async def serve(self) -> None:
         tasks = {
@@ -130,9 +138,9 @@ class Connection:
         """Delivery stopped (storage trouble in the read loop): say so, and close (1011)."""
         err = exc if isinstance(exc, HeadwaterError) else HeadwaterError("internal error")
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(1):
+            async with asyncio.timeout(CLOSE_WRITE_S):
                 await self.websocket.send_text(error_frame(None, err).decode())
-            await self.websocket.close(code=1011)
+                await self.websocket.close(code=1011)
 
     async def _receive(self) -> None:
         while True:
@@ -162,7 +170,7 @@ class Connection:
             if frame is None:
                 continue
             token = self.feed.subscription(event.topic) if event.topic is not None else None
-            await self.queue.put((frame, event.topic, token))
+            await self.queue.put((frame, event.topic, token), len(frame))
 
     async def _write(self) -> None:
         while True:

@@ -58,7 +58,10 @@ FAULTS = {"drop": 0.10, "timeout": 0.01, "error": 0.02, "throttle": 0.02, "slow"
 SERVER_ENV = {
     "HEADWATER_AWS_READ_TIMEOUT_MS": "2000",  # the proxy holds answers 3 s: they time out
     "HEADWATER_SEAL_RECORDS": "48",  # seal (and trim) during the run
-    "HEADWATER_SEAL_GRACE_MS": "1000",
+    # Trimming waits out the longest a lost answer can stay unresolved (here ~2 s x 8
+    # botocore attempts + the 10 s re-send budget), as the default 60 s does: a commit's
+    # frame must not be trimmed while its outcome may still be in question (docs/storage.md)
+    "HEADWATER_SEAL_GRACE_MS": "30000",
     "HEADWATER_TIERING_INTERVAL_MS": "500",
 }
 

@@ -23,6 +23,7 @@ from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
 from headwater.http.v0 import authorize, services
 from headwater.http.v0_parse import boolean, query_bool, require_object, u64
+from headwater.jsoncodec import is_scalar_text
 from headwater.names import validate_topic_name
 from headwater.services import Services
 from headwater.settings import Limits
@@ -63,7 +64,10 @@ def parse_watch(
         requested[name] = TopicRequest(u64(opts, "from_seq", 0), boolean(opts, "tail", False))
     node = body.get("node")
     if node is not None and (
-        not isinstance(node, str) or not node or len(node.encode()) > limits.max_node_bytes
+        not isinstance(node, str)
+        or not node
+        or not is_scalar_text(node)
+        or len(node.encode()) > limits.max_node_bytes
     ):
         raise InvalidRequest(
             f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",

@@ -17,6 +17,7 @@ from dashboard_helpers import fast, item
 from flags_helpers import SVC, flag_settings
 from starlette.testclient import TestClient
 from test_notify_http import SCHEMA, notify_settings
+from test_ws import recv, request
 
 from headwater.jsoncodec import MAX_DEPTH
 from headwater.notify.requests import MAX_DEPTH as NOTIFY_MAX_DEPTH
@@ -271,3 +272,32 @@ def test_deep_json_schemas_and_deep_values_against_them_are_400(api: TestClient)
     assert api.post("/v1/stream/s/_schema", json=recursive).status_code == 200
     assert post_raw(api, "/v1/stream/s", b"[" + nested(900, b"") + b"]").status_code == 400
     assert post_raw(api, "/v1/stream/s", b"[[[]]]").status_code == 204
+
+
+# --- the WebSocket data plane ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"op": "ping", "x": ' + "[" * 10_000 + "]" * 10_000 + "}", None),
+        ('{"op": "publish", "topic": "t", "records": [{"data": 1, "tag": "\\ud800"}]}', "tag"),
+        ('{"op": "publish", "topic": "t", "records": [{"data": 1}], "node": "\\udfff"}', "node"),
+        ('{"op": "subscribe", "topic": "t", "node": "\\ud800"}', "node"),
+    ],
+)
+def test_hostile_websocket_commands_are_invalid_requests(
+    api: TestClient, raw: str, field: str | None
+) -> None:
+    put_topic(api, "t")
+    with api.websocket_connect("/v0/ws") as ws:
+        ws.send_text(raw)
+        err = ws_error(recv(ws))
+        assert err["code"] == "invalid_request", err
+        if field is not None:
+            assert err["detail"] == {"field": field}
+        assert request(ws, op="ping", request_id="after")["op"] == "pong"
+    assert state(api, "t")["head_seq"] == 0
+
+
+def ws_error(frame: dict[str, Any]) -> dict[str, Any]:
+    assert frame["op"] == "error", frame
+    return frame

@@ -21,7 +21,7 @@ from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
 from headwater.http.v0 import authorize, services
-from headwater.http.v0_parse import is_int, query_int, require_object, u64
+from headwater.http.v0_parse import is_int, query_int, require_object, require_text, u64
 from headwater.http.watch import accepts_event_stream
 from headwater.jsoncodec import dumps, is_scalar_text
 from headwater.names import validate_topic_name
@@ -32,17 +32,17 @@ router = APIRouter()
 
 
 def _node(value: Any, limits: Limits) -> str:
+    # A lone surrogate is refused by require_text with its own message.
     if (
-        not isinstance(value, str)
-        or not value
-        or not is_scalar_text(value)
-        or len(value.encode()) > limits.max_node_bytes
+        isinstance(value, str)
+        and value
+        and len(require_text(value, "node").encode()) <= limits.max_node_bytes
     ):
-        raise InvalidRequest(
-            f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",
-            detail={"field": "node"},
-        )
-    return value
+        return value
+    raise InvalidRequest(
+        f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",
+        detail={"field": "node"},
+    )
 
 
 def _seqs(body: dict[str, Any], limits: Limits) -> tuple[list[int], list[str] | None]:

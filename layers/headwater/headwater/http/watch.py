@@ -22,8 +22,7 @@ from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
 from headwater.http.v0 import authorize, services
-from headwater.http.v0_parse import boolean, query_bool, require_object, u64
-from headwater.jsoncodec import is_scalar_text
+from headwater.http.v0_parse import boolean, query_bool, require_object, require_text, u64
 from headwater.names import validate_topic_name
 from headwater.services import Services
 from headwater.settings import Limits
@@ -66,8 +65,7 @@ def parse_watch(
     if node is not None and (
         not isinstance(node, str)
         or not node
-        or not is_scalar_text(node)
-        or len(node.encode()) > limits.max_node_bytes
+        or len(require_text(node, "node").encode()) > limits.max_node_bytes
     ):
         raise InvalidRequest(
             f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",

@@ -213,6 +213,35 @@ def test_lone_surrogates_in_payloads_are_stored_exactly_names_are_not(api: TestC
     assert state(api, "t")["head_seq"] == 1
 
 
+@pytest.mark.parametrize(
+    ("profile", "schema", "field"),
+    [
+        (
+            None,
+            {"schema": {"type": "object"}, "routingKey": {"jsonPointer": "/a", "required": True}},
+            "a",
+        ),
+        ({"profile": {"kind": "evlog"}}, None, "requestId"),
+    ],
+)
+def test_routing_keys_taken_from_entries_follow_stream_key_rules(
+    api: TestClient, profile: dict[str, Any] | None, schema: dict[str, Any] | None, field: str
+) -> None:
+    # A routing key derived from an entry becomes the record's tag, like a Stream-Key header.
+    assert api.put("/v1/stream/s", headers=JSON).status_code == 201
+    if schema is not None:
+        assert api.post("/v1/stream/s/_schema", json=schema).status_code == 200
+    if profile is not None:
+        assert api.post("/v1/stream/s/_profile", json=profile).status_code == 200
+    for bad in (b"\\ud800", b"k" * 257, b"k" * 5000):
+        resp = post_raw(api, "/v1/stream/s", b'[{"' + field.encode() + b'":"' + bad + b'"}]')
+        assert resp.status_code == 400, (bad[:10], resp.text)
+        assert resp.json()["error"]["code"] == "invalid_request"
+    assert post_raw(api, "/v1/stream/s", ascii_json([{field: "k" * 256}])).status_code == 204
+    entries = api.get("/v1/stream/s/pk/" + "k" * 256, params={"offset": "-1"}).json()
+    assert [e[field] for e in entries] == ["k" * 256]  # stored under that key
+
+
 # --- numbers ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("field", "literal"),

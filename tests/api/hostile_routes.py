@@ -223,23 +223,23 @@ ROUTES: dict[tuple[str, str], Route] = {
     ),
 }
 
-# Durable Streams subresources (one route template, different parsers).
+# Durable Streams requests that reach other parsers through the one route template: its
+# subresources, and appends to streams whose schema or profile derives routing keys.
+KEYED = {"schema": {"type": "object"}, "routingKey": {"jsonPointer": "/a", "required": True}}
 V1_EXTRA: list[tuple[str, str, Route]] = [
-    ("POST", "_schema", Route(STREAM, {"schema": {"type": "object"}, "routingKey": "/a"})),
-    ("GET", "_schema", Route(STREAM)),
-    ("POST", "_profile", Route(STREAM, {"profile": {"kind": "generic"}})),
-    ("GET", "_profile", Route(STREAM)),
-    ("GET", "touch/meta", Route({"path": "fzt"}, query={"settle": "flush"})),
+    ("POST", "fzs-schema/_schema", Route(body={**KEYED, "routingKey": {"jsonPointer": "/b"}})),
+    ("GET", "fzs/_schema", Route()),
+    ("POST", "fzs-profile/_profile", Route(body={"profile": {"kind": "generic"}})),
+    ("GET", "fzs/_profile", Route()),
+    ("GET", "fzt/touch/meta", Route(query={"settle": "flush"})),
+    ("POST", "fzt/touch/wait", Route(body={"keys": ["k"], "cursor": "", "timeoutMs": 0})),
     (
         "POST",
-        "touch/wait",
-        Route({"path": "fzt"}, {"keys": ["k"], "cursor": "", "timeoutMs": 0}),
+        "fzt/touch/templates/activate",
+        Route(body={"templates": [{"entity": "e", "fields": []}], "ttlMs": 1000}),
     ),
-    (
-        "POST",
-        "touch/templates/activate",
-        Route({"path": "fzt"}, {"templates": [{"entity": "e", "fields": []}], "ttlMs": 1000}),
-    ),
+    ("POST", "fzk", Route(body=[{"a": "k1", "b": [1]}])),  # routing key: the schema's /a
+    ("POST", "fze", Route(body=[{"requestId": "r1", "message": "m"}])),  # evlog profile
 ]
 
 
@@ -276,7 +276,10 @@ def seed(c: TestClient) -> None:
     ok(c.put("/v0/topics/fq-idle", json={"type": "queue"}))
     ok(c.put("/v1/stream/fzs", headers={"content-type": JSON}))
     ok(c.post("/v1/stream/fzs", content=b'[{"a":1}]', headers={"content-type": JSON}))
-    ok(c.put("/v1/stream/fzt", headers={"content-type": JSON}))
+    for name in ("fzt", "fzs-schema", "fzs-profile", "fzk", "fze"):
+        ok(c.put(f"/v1/stream/{name}", headers={"content-type": JSON}))
+    ok(c.post("/v1/stream/fzk/_schema", json=KEYED))
+    ok(c.post("/v1/stream/fze/_profile", json={"profile": {"kind": "evlog"}}))
     profile = {"profile": {"kind": "state-protocol", "touch": {"enabled": True}}}
     ok(c.post("/v1/stream/fzt/_profile", json=profile))
     ok(c.post("/api/v1/notification", json=NOTE))
@@ -296,7 +299,7 @@ def all_routes() -> list[tuple[str, str, Route]]:
     out: list[tuple[str, str, Route]] = []
     for method, template in app_routes():
         out.append((method, template, ROUTES.get((method, template), Route())))
-    for method, sub, route in V1_EXTRA:
-        params = {"path": f"{route.params['path']}/{sub}"}
+    for method, stream_path, route in V1_EXTRA:
+        params = {"path": stream_path}
         out.append((method, "/v1/stream/{path:path}", dataclasses.replace(route, params=params)))
     return out

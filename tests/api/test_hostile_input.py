@@ -263,8 +263,8 @@ CASES = all_routes()
 
 
 def _case_id(method: str, template: str, route: Route) -> str:
-    sub = route.params.get("path", "").partition("/")[2]
-    return f"{method} {template}{'/' + sub if sub else ''}"
+    path = route.params.get("path")  # a Durable Streams extra: its concrete path
+    return f"{method} {template.replace('{path:path}', path) if path else template}"
 
 
 IDS = [_case_id(*case) for case in CASES]

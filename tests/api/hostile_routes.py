@@ -165,7 +165,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ),
     ("POST", "/v1/stream/{path:path}"): Route(
         STREAM,
-        [{"a": 1, "b": [2]}, "v"],
+        [{"a": 1}, "v"],
         headers={
             "producer-id": "p1",
             "producer-epoch": "0",
@@ -238,8 +238,8 @@ V1_EXTRA: list[tuple[str, str, Route]] = [
         "fzt/touch/templates/activate",
         Route(body={"templates": [{"entity": "e", "fields": []}], "ttlMs": 1000}),
     ),
-    ("POST", "fzk", Route(body=[{"a": "k1", "b": [1]}])),  # routing key: the schema's /a
-    ("POST", "fze", Route(body=[{"requestId": "r1", "message": "m"}])),  # evlog profile
+    ("POST", "fzk", Route(body=[{"a": "k1"}])),  # routing key: the schema's /a
+    ("POST", "fze", Route(body=[{"requestId": "r1"}])),  # evlog profile
 ]
 
 

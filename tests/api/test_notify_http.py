@@ -922,9 +922,9 @@ def test_wipe_one_stream_keeps_the_others_and_the_numbering(api: TestClient) -> 
 
 def test_wipe_stream_errors(api: TestClient) -> None:
     unknown = api.request("DELETE", "/api/v1/admin/wipe/stream", json={"stream_name": "NOPE"})
-    assert unknown.status_code == 500 and unknown.json()["success"] is False
+    assert unknown.status_code == 404 and unknown.json()["success"] is False
     assert unknown.json()["message"] == "Failed to wipe stream: Failed to get stream NOPE"
-    for raw in (b"", b"{", b"[]", b'{"stream_name": 1}'):
+    for raw in (b"", b"{", b"[]", b'{"stream_name": 1}', b'{"stream_name": "\\ud800"}'):
         bad = api.request("DELETE", "/api/v1/admin/wipe/stream", content=raw)
         assert bad.status_code == 400, raw
         assert bad.json()["success"] is False

@@ -87,7 +87,9 @@ def _number(data: dict[str, Any], name: str, lo: float, hi: float) -> float:
     value = data.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ItemError(name, f"{name} must be a number")
-    if not math.isfinite(value) or not lo <= value <= hi:
+    # Compared as is: an int of any size compares exactly with the bounds, while converting
+    # one beyond the float range (10**400) raises OverflowError.
+    if (isinstance(value, float) and not math.isfinite(value)) or not lo <= value <= hi:
         raise ItemError(name, f"{name} must be between {lo:g} and {hi:g}")
     return value
 

@@ -15,6 +15,7 @@ from headwater.dashboard.feed import DashboardFeed
 from headwater.dashboard.items import canonical_ticker, iso_ms
 from headwater.engine.log import LogEngine
 from headwater.errors import HeadwaterError
+from headwater.jsoncodec import is_scalar_text
 from headwater.settings import DashboardSettings
 from headwater.storage.dashboard_configs import (
     ConfigLimitReached,
@@ -79,6 +80,8 @@ def parse_config_body(body: object, *, partial: bool) -> tuple[str | None, tuple
         raw = body.get("name")
         if not isinstance(raw, str) or not raw.strip():
             raise _invalid("name", "name must be a non-empty string")
+        if not is_scalar_text(raw):  # a JSON "\ud800" escape: no store can hold it
+            raise _invalid("name", "name must be valid Unicode text (no lone surrogates)")
         name = raw.strip()
         if len(name) > MAX_NAME_CHARS:
             raise _invalid("name", f"name must be at most {MAX_NAME_CHARS} characters")

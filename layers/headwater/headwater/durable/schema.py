@@ -312,6 +312,8 @@ def _check_json_schema(schema: object, where: str) -> None:
     cls = _dialect(schema, where)
     try:
         cls.check_schema(schema)
+    except RecursionError:  # jsonschema recurses per level of the schema
+        raise SchemaError(f"{where} is nested too deeply to check") from None
     except _JsonSchemaError as exc:
         location = "/".join(str(p) for p in exc.path)
         at = f" at /{location}" if location else ""
@@ -1060,6 +1062,10 @@ def validate(registry: Mapping[str, Any], value: object) -> None:
     schema = registry["schemas"][str(current)]
     try:
         error = best_match(_validator(schema).iter_errors(value))
+    except RecursionError:  # jsonschema recurses per level of value and schema
+        raise SchemaError(
+            f"value is nested too deeply to check against schema version {current}"
+        ) from None
     except referencing.exceptions.Unresolvable as exc:  # pragma: no cover - checked on install
         raise SchemaError(_truncate(f"schema reference does not resolve: {exc}")) from None
     if error is not None:

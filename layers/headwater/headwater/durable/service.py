@@ -56,6 +56,7 @@ FILTER_SCAN_CAP = 100 * 1024 * 1024  # payload bytes one filtered read examines 
 PAGE_SCAN_RECORDS = 2_000
 PAGE_SCAN_BYTES = 4 << 20
 RETRY = {"Retry-After": "1"}
+MAX_KEY_BYTES = 256  # a routing key derived from an entry, as http.v1 caps Stream-Key
 log = logging.getLogger(__name__)
 
 
@@ -108,6 +109,16 @@ class Written:
     @property
     def next_offset(self) -> str:
         return encode_offset(self.epoch, self.tail)
+
+
+def _check_derived_key(key: str) -> None:
+    """A routing key taken from an entry is held to a Stream-Key header's rules: it is
+    stored as the record's tag (a DynamoDB key), so a lone surrogate or an oversized key
+    would only fail in storage."""
+    if not jsoncodec.is_scalar_text(key):
+        raise InvalidRequest("the entry's routing key is not valid Unicode text (lone surrogate)")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise InvalidRequest(f"the entry's routing key is over {MAX_KEY_BYTES} bytes")
 
 
 def _records(entries: list[Entry]) -> list[NewRecord]:
@@ -493,6 +504,8 @@ class DurableStreams:
                     key = profiles.derived_routing_key(profile, value)
             except (schema.SchemaError, profiles.ProfileError) as exc:
                 raise InvalidSchema(str(exc)) from None
+            if key and key is not e.key:
+                _check_derived_key(key)
             out.append(Entry(data, key))
         return out
 

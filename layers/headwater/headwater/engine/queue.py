@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import random
 import secrets
@@ -32,6 +31,7 @@ from collections.abc import AsyncGenerator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from headwater import jsoncodec
 from headwater.engine.log import LogEngine
 from headwater.engine.quotas import TOTAL_BYTES
 from headwater.engine.records import Frame, NewRecord, StoredRecord, encoded_size
@@ -544,7 +544,7 @@ class QueueEngine:
         if await self.log._io(self.store.claim, plan.qkey, None, [], [(fence, seen)]):
             return True  # the lease changed under us: whoever changed it owns the job now
         dest = str(head.config["dead_letter"])
-        meta = json.loads(rec.meta_raw) if rec.meta_raw is not None else {}
+        meta = jsoncodec.loads(rec.meta_raw) if rec.meta_raw is not None else {}
         if not isinstance(meta, dict):
             meta = {}
         meta.update(
@@ -554,7 +554,7 @@ class QueueEngine:
                 "$dead_letter_src_seq": lease.seq,
             }
         )
-        meta_raw = json.dumps(meta, separators=(",", ":")).encode()
+        meta_raw = jsoncodec.dumps(meta)
         record = NewRecord(
             data=None,
             node=rec.node,

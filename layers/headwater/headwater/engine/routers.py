@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import socket
@@ -312,7 +311,7 @@ class RouterEngine:
         out: list[NewRecord] = []
         srcs: list[int] = []  # the source seq of each copy
         for raw in res.records:
-            rec = json.loads(raw)
+            rec = jsoncodec.loads(raw)  # records nest up to 1024 levels: no recursion
             seq = int(rec["$seq"])
             if seq <= skip_upto:
                 continue
@@ -414,7 +413,7 @@ class RouterEngine:
             return 0
         best = 0
         for raw in res.records:
-            meta = json.loads(raw).get("meta")
+            meta = jsoncodec.loads(raw).get("meta")
             stamp = meta.get(ROUTER_META) if isinstance(meta, dict) else None
             if isinstance(stamp, dict) and stamp.get("router") == router.name:
                 best = max(best, int(stamp.get("src_seq", 0)))

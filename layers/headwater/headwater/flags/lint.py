@@ -93,7 +93,9 @@ def _load(path: str, content: bytes, findings: list[Finding]) -> dict[str, Any] 
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         findings.append(Finding(path, "invalid_toml", f"invalid TOML: {exc}"))
-        return None
+    except RecursionError:  # tomllib recurses per nesting level: a few hundred exhaust it
+        findings.append(Finding(path, "invalid_toml", "invalid TOML: nested too deeply"))
+    return None
 
 
 # What one file contributes (its segment references and its own findings) depends only on

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headwater.flags.errors import InvalidRequest, PayloadTooLarge
+from headwater.jsoncodec import nesting_error
 
 Tree = Mapping[str, bytes]
 
@@ -165,7 +166,14 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def parse_json_body(body: bytes | str, limits: TreeLimits = DEFAULT_LIMITS) -> dict[str, bytes]:
     """The tree of a `{"files": {path: text}}` publish body."""
     try:
-        document: Any = json.loads(body, object_pairs_hook=_no_duplicate_keys)
+        text = (
+            body
+            if isinstance(body, str)
+            else body.decode(json.detect_encoding(body), "surrogatepass")
+        )  # as json.loads decodes
+        if nesting_error(text, 2) is not None:  # never a valid body; json.loads recurses
+            raise _refuse('body must be exactly {"files": {"<path>": "<text>", ...}}')
+        document: Any = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _refuse(f"body is not valid JSON: {exc}") from exc
     if not isinstance(document, dict) or set(document) != {"files"}:

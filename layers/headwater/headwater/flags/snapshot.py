@@ -49,7 +49,11 @@ def decode_subscription(value: str) -> str | None:
 def parse_closure_query(params: Mapping[str, str]) -> ClosureRequest:
     """`version`, `subscription` and the optional `token`, or 400 invalid_request."""
     version_text = params.get("version")
-    if version_text is None or not (version_text.isascii() and version_text.isdigit()):
+    if (
+        version_text is None
+        or not (version_text.isascii() and version_text.isdigit())
+        or len(version_text) > len(str(MAX_VERSION))  # int() refuses 4300+ digits
+    ):
         raise InvalidRequest("version must be a positive integer", details={"param": "version"})
     version = int(version_text)
     if version < 1 or version > MAX_VERSION or version_text.startswith("0"):

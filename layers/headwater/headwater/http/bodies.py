@@ -17,9 +17,18 @@ def loads_strict(raw: bytes | str) -> Any:
     return jsoncodec.loads(raw.encode() if isinstance(raw, str) else raw)
 
 
+def _declared_over(declared: str, max_bytes: int) -> bool:
+    """A Content-Length over the cap (ASCII digits only: `int()` also reads other scripts'
+    digits, and refuses 4300 or more of them)."""
+    digits = declared.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        return False  # not a length: the server or the body read decides
+    return len(digits) > 18 or int(digits) > max_bytes
+
+
 async def read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+    if declared is not None and _declared_over(declared, max_bytes):
         raise PayloadTooLarge(
             f"request body exceeds {max_bytes} bytes", detail={"max_bytes": max_bytes}
         )

@@ -66,6 +66,11 @@ async def ingest(request: Request) -> Response:
     topic = dash.settings.topic
     authorize(request, svc, "write", name=topic)
     limits = svc.settings.limits
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 1 <= len(key) <= limits.max_idempotency_key_chars:
+        raise DashboardError(
+            400, f"Idempotency-Key must be 1..{limits.max_idempotency_key_chars} characters"
+        )
     body = await read_json(request, limits.max_body_bytes)
     raw_items = body.get("items") if isinstance(body, dict) and "items" in body else body
     batch = raw_items if isinstance(raw_items, list) else [raw_items]
@@ -92,7 +97,7 @@ async def ingest(request: Request) -> Response:
     if errors:
         # All or nothing: a batch with any bad item writes none.
         raise DashboardError(400, "invalid sentiment item", {"errors": errors})
-    req = AppendRequest(records, idempotency_key=request.headers.get("idempotency-key"))
+    req = AppendRequest(records, idempotency_key=key)
     result = await svc.engine.append(topic, req)
     return _json(
         {

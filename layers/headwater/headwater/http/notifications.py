@@ -23,7 +23,6 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from headwater import jsoncodec
 from headwater.errors import HeadwaterError
 from headwater.http import aviso
 from headwater.http.auth import Principal
@@ -35,6 +34,7 @@ from headwater.notify.errors import AvisoError, RequestKind
 from headwater.notify.numbers import RustParseError, parse_rust_int
 from headwater.notify.requests import (
     RawRequest,
+    load_json,
     parse_request_body,
     validate_notification,
     validate_replay,
@@ -196,7 +196,7 @@ async def wipe_stream(request: Request) -> Response:
     admin = aviso.require_admin(request, svc.keys)
     body = await read_body(request, svc.settings.limits.max_record_bytes)
     try:
-        document: Any = jsoncodec.loads(body) if body else None
+        document: Any = load_json(body) if body else None  # serde_json's rules, as aviso's
     except (ValueError, UnicodeDecodeError) as exc:
         return _wipe_answer(request, 400, False, f"Json deserialize error: {exc}")
     name = document.get("stream_name") if isinstance(document, dict) else None
@@ -210,9 +210,10 @@ async def wipe_stream(request: Request) -> Response:
     except HeadwaterError as exc:
         return _wipe_answer(request, 500, False, f"Failed to wipe stream: {exc.message}")
     if wiped is None:
-        # aviso's JetStream backend answers an unknown stream name the same way.
+        # aviso's JetStream backend words it so, with a 500; an unknown name is the client's
+        # mistake, and a 5xx is kept for the server's (as for an unknown notification id).
         return _wipe_answer(
-            request, 500, False, f"Failed to wipe stream: Failed to get stream {name}"
+            request, 404, False, f"Failed to wipe stream: Failed to get stream {name}"
         )
     return _wipe_answer(request, 200, True, f"Successfully wiped stream: {name}")
 

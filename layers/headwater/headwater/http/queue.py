@@ -21,9 +21,9 @@ from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
 from headwater.http.v0 import authorize, services
-from headwater.http.v0_parse import is_int, query_int, require_object, u64
+from headwater.http.v0_parse import is_int, query_int, require_object, require_text, u64
 from headwater.http.watch import accepts_event_stream
-from headwater.jsoncodec import dumps
+from headwater.jsoncodec import dumps, is_scalar_text
 from headwater.names import validate_topic_name
 from headwater.services import Services
 from headwater.settings import Limits
@@ -32,12 +32,17 @@ router = APIRouter()
 
 
 def _node(value: Any, limits: Limits) -> str:
-    if not isinstance(value, str) or not value or len(value.encode()) > limits.max_node_bytes:
-        raise InvalidRequest(
-            f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",
-            detail={"field": "node"},
-        )
-    return value
+    # A lone surrogate is refused by require_text with its own message.
+    if (
+        isinstance(value, str)
+        and value
+        and len(require_text(value, "node").encode()) <= limits.max_node_bytes
+    ):
+        return value
+    raise InvalidRequest(
+        f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",
+        detail={"field": "node"},
+    )
 
 
 def _seqs(body: dict[str, Any], limits: Limits) -> tuple[list[int], list[str] | None]:
@@ -59,7 +64,10 @@ def _seqs(body: dict[str, Any], limits: Limits) -> tuple[list[int], list[str] | 
             "lease_ids must be an array with one lease id per seq",
             detail={"field": "lease_ids"},
         )
-    if not all(isinstance(i, str) and i.startswith("lease_") and len(i) <= 64 for i in ids):
+    if not all(
+        isinstance(i, str) and i.startswith("lease_") and len(i) <= 64 and is_scalar_text(i)
+        for i in ids
+    ):
         raise InvalidRequest(
             "each lease id must be a lease_<hex> token from a claim",
             detail={"field": "lease_ids"},

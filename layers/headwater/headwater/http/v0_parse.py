@@ -73,13 +73,24 @@ def require_object(body: Any, what: str = "request body") -> dict[str, Any]:
     return body
 
 
+def require_text(v: str, name: str, where: str = "") -> str:
+    """Names, tags, nodes and keys end up as DynamoDB strings: Unicode scalar values only (a
+    JSON `\\ud800` escape decodes to a lone surrogate, which no UTF-8 store accepts)."""
+    if not jsoncodec.is_scalar_text(v):
+        raise InvalidRequest(
+            f"{where}{name} must be valid Unicode text (no lone surrogates)",
+            detail={"field": name},
+        )
+    return v
+
+
 def _opt_str(obj: dict[str, Any], name: str, max_bytes: int, where: str) -> str | None:
     v = obj.get(name)
     if v is None:
         return None
     if not isinstance(v, str):
         raise InvalidRequest(f"{where}{name} must be a string", detail={"field": name})
-    if len(v.encode()) > max_bytes:
+    if len(require_text(v, name, where).encode()) > max_bytes:
         raise InvalidRequest(
             f"{where}{name} exceeds {max_bytes} bytes", detail={"field": name, "max": max_bytes}
         )
@@ -109,6 +120,8 @@ def parse_append(
             "idempotency_key must be a string of 1..256 characters",
             detail={"field": "idempotency_key"},
         )
+    if key is not None:
+        require_text(key, "idempotency_key")
     create = body.get("create")
     if create is not None and not isinstance(create, bool):
         raise InvalidRequest("create must be a boolean", detail={"field": "create"})
@@ -167,9 +180,9 @@ def parse_diff(body: Any, limits: Limits) -> DiffRequest:
     if node is None:
         nodes = frozenset()
     elif isinstance(node, str):
-        nodes = frozenset({node})
+        nodes = frozenset({require_text(node, "node")})
     elif isinstance(node, list) and all(isinstance(n, str) for n in node):
-        nodes = frozenset(node)
+        nodes = frozenset(require_text(n, "node") for n in node)
     else:
         raise InvalidRequest(
             "node must be a string or an array of strings", detail={"field": "node"}
@@ -188,13 +201,14 @@ def parse_match(raw: Any) -> TagMatch | None:
     if raw is None:
         return None
     if isinstance(raw, str):
-        return TagMatch(raw, prefix=False)
+        return TagMatch(require_text(raw, "match"), prefix=False)
     if not (isinstance(raw, list) and len(raw) == 3 and all(isinstance(x, str) for x in raw)):
         raise InvalidRequest(
             'match must be a tag string or ["tag", "Eq"|"Glob", "<value>"]',
             detail={"field": "match"},
         )
     field, op, value = raw
+    require_text(value, "match")
     if field != "tag":
         raise InvalidRequest('match field must be "tag"', detail={"field": "match"})
     if op == "Eq":
@@ -229,7 +243,7 @@ def decode_cursor(raw: str | None) -> str | None:
         return None
     try:
         padded = raw + "=" * (-len(raw) % 4)
-        obj = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        obj = jsoncodec.loads(base64.urlsafe_b64decode(padded.encode()))
         after = obj["after"]
         if not isinstance(after, str):
             raise ValueError("after must be a string")

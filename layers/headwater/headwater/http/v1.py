@@ -181,7 +181,12 @@ def _written_headers(w: Written) -> dict[str, str]:
 # --- bodies --------------------------------------------------------------------------------
 async def _body(request: Request) -> bytes:
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_APPEND_BYTES:
+    if (
+        length is not None
+        and length.isascii()
+        and length.isdigit()
+        and (len(length) > 18 or int(length) > MAX_APPEND_BYTES)
+    ):
         raise PayloadTooLarge(f"append body over {MAX_APPEND_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -241,7 +246,9 @@ async def list_streams(request: Request) -> Response:
     limit_raw = _one_param(request, "limit")
     limit = 1000
     if limit_raw is not None:
-        if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= 10_000:
+        if not (limit_raw.isascii() and limit_raw.isdigit() and len(limit_raw) <= 5) or not (
+            1 <= int(limit_raw) <= 10_000
+        ):
             raise _bad("limit must be an integer 1..10000")
         limit = int(limit_raw)
     after = _one_param(request, "after")

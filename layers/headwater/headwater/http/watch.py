@@ -22,7 +22,7 @@ from headwater.http.bodies import read_json
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
 from headwater.http.v0 import authorize, services
-from headwater.http.v0_parse import boolean, query_bool, require_object, u64
+from headwater.http.v0_parse import boolean, query_bool, require_object, require_text, u64
 from headwater.names import validate_topic_name
 from headwater.services import Services
 from headwater.settings import Limits
@@ -63,7 +63,9 @@ def parse_watch(
         requested[name] = TopicRequest(u64(opts, "from_seq", 0), boolean(opts, "tail", False))
     node = body.get("node")
     if node is not None and (
-        not isinstance(node, str) or not node or len(node.encode()) > limits.max_node_bytes
+        not isinstance(node, str)
+        or not node
+        or len(require_text(node, "node").encode()) > limits.max_node_bytes
     ):
         raise InvalidRequest(
             f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from headwater.jsoncodec import nesting_error
 from headwater.notify.constraints import Constraint, parse_constraint
 from headwater.notify.errors import (
     FieldError,
@@ -119,7 +120,10 @@ class StreamRequest:
 
 # --- 1. body ---------------------------------------------------------------------------------
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]", re.ASCII)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]", re.ASCII)  # high (D8-DB) or low (DC-DF)
+#: The deepest nesting serde_json accepts: it starts with a recursion budget of 128 and fails
+#: on the level that spends the last of it.
+MAX_DEPTH = 127
 
 
 class _JsonRejected(ValueError):
@@ -154,10 +158,20 @@ def _has_surrogate(value: Any) -> bool:
     return False
 
 
+def _position(text: str, index: int) -> str:
+    """serde_json's `line L column C` of the character at `index`."""
+    line = text.count("\n", 0, index) + 1
+    column = index - text.rfind("\n", 0, index)
+    return f"line {line} column {column}"
+
+
 def load_json(body: bytes | str) -> Any:
     """JSON as serde_json accepts it: UTF-8 only, no NaN/Infinity, finite numbers, no lone
-    surrogates. Raises ValueError with a reason."""
+    surrogates, at most MAX_DEPTH levels of nesting. Raises ValueError with a reason."""
     text = body.decode("utf-8") if isinstance(body, bytes) else body
+    deep = nesting_error(text, MAX_DEPTH)  # before json.loads, which recurses per level
+    if deep is not None:
+        raise _JsonRejected(f"recursion limit exceeded at {_position(text, deep.pos)}")
     value = json.loads(
         text, parse_constant=_reject_constant, parse_float=_json_float, parse_int=_json_int
     )

@@ -9,12 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from headwater.dev import moto_patches
 from headwater.dev.emulator import ENDPOINT_VARS, FAKE_CREDENTIALS
 
 # Before anything imports boto3-based code: never reach a real account from tests.
 for _var in ENDPOINT_VARS:
     os.environ.pop(_var, None)
 os.environ.update(FAKE_CREDENTIALS)
+# Every tier's in-process moto gets DynamoDB's semantics (atomic requests, transactions,
+# ClientRequestToken), whichever test happens to start it first.
+moto_patches.apply()
 
 
 @pytest.fixture

@@ -16,17 +16,22 @@ pytestmark = pytest.mark.e2e
 
 PRODUCERS = 8
 APPENDS_PER_PRODUCER = 500
+# Each idempotent append is sent twice (to both servers): fewer of them keep the run short;
+# lost-response retries under injected faults are covered by tests/e2e/test_faults.py.
+IDEMPOTENT_APPENDS_PER_PRODUCER = 200
 TOPIC = "shared-log"
 
 
 def _producer(args: tuple[int, list[str], bool, int]) -> list[tuple[int, int, list[int]]]:
-    """Sends APPENDS_PER_PRODUCER appends of 1..10 records; returns (index, n, seqs)."""
+    """Sends APPENDS_PER_PRODUCER (IDEMPOTENT_... when sent twice) appends of 1..10 records;
+    returns (index, n, seqs)."""
     producer, urls, send_twice, seed = args
+    appends = IDEMPOTENT_APPENDS_PER_PRODUCER if send_twice else APPENDS_PER_PRODUCER
     rng = random.Random(seed)
     out: list[tuple[int, int, list[int]]] = []
     item = 0
     with httpx.Client(timeout=60) as http:
-        for i in range(APPENDS_PER_PRODUCER):
+        for i in range(appends):
             n = rng.choice([1, 1, 1, 2, 5, 10])
             records = [
                 {"data": {"p": producer, "i": item + k}, "node": f"p{producer}"} for k in range(n)

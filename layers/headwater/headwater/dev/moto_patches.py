@@ -5,8 +5,10 @@ with the table, making a long log quadratic) and rolls back by restoring that co
 under concurrent requests also erases other requests' writes. DynamoDB itself checks every
 condition and then applies all writes atomically; this replacement does exactly that:
 phase 1 evaluates all conditions without writing, phase 2 applies, with an item-level undo
-log if an apply step raises. Callers must serialize requests (see moto_serialized.py) or run
-single-threaded, as in-process tests do.
+log if an apply step raises. Callers must serialize requests: the emulator's server runs
+one at a time (moto_serialized.py), and in-process moto (`mock_aws`, used by the test
+tiers) is serialized here (`_serialize_in_process`), since one app's worker threads and
+two apps in one test call it concurrently.
 
 moto 5.2.5 also ignores TransactWriteItems' ClientRequestToken (a retried transaction whose
 first attempt applied fails its conditions, where DynamoDB answers success): `_token_cache`
@@ -169,7 +171,25 @@ def apply() -> None:
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     _token_cache()
     _memoize_dispatch()
+    _serialize_in_process()
     _APPLIED = True
+
+
+def _serialize_in_process() -> None:
+    """In-process moto answers each request on the calling thread, so concurrent callers
+    interleave inside one conditional write (two conditional PutItems both pass their
+    check). DynamoDB makes each request atomic; one lock around moto's request processing
+    gives the in-process mock the same one-at-a-time semantics as the emulator's server."""
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    original = BotocoreStubber.process_request
+    lock = threading.RLock()
+
+    def process_request(self: Any, request: Any) -> Any:
+        with lock:
+            return original(self, request)
+
+    BotocoreStubber.process_request = process_request  # type: ignore[method-assign]
 
 
 def _memoize_dispatch() -> None:

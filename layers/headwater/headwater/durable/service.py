@@ -49,7 +49,16 @@ from headwater.storage.ports import Head
 from headwater.storage.schema import REGISTRY_PREFIX
 
 STATE_ATTEMPTS = 8
-FORK_ATTEMPTS = 32  # taking a reference races every append to the source
+# A state change on the head (a fork's reference, a delete, a close, a schema) is
+# conditional on the tail it read, so it races every append to the stream: these loops
+# try more often and back off (jittered, capped) so a busy writer cannot starve them.
+HOT_ATTEMPTS = 32
+FORK_ATTEMPTS = HOT_ATTEMPTS
+
+
+async def _backoff(attempt: int) -> None:
+    """Sleep a jittered, capped interval before trying a raced state change again."""
+    await asyncio.sleep(random.uniform(0, min(0.05, 0.002 * 2**attempt)))
 REGISTRY_CACHE = 256  # schema registry revisions kept per process
 CONF_CACHE = 100_000  # streams whose last-seen schema/profile a process remembers
 FILTER_SCAN_CAP = 100 * 1024 * 1024  # payload bytes one filtered read examines (§8.5)
@@ -301,7 +310,7 @@ class DurableStreams:
             if await self.engine.put_ext(src, taken.dump()) is None:
                 # The source moved (an append): judge again, backing off so a fork is not
                 # starved by a busy source.
-                await asyncio.sleep(random.uniform(0, min(0.05, 0.002 * 2**attempt)))
+                await _backoff(attempt)
                 continue
             made: Written | None = None
             try:
@@ -528,7 +537,7 @@ class DurableStreams:
         """POST /_schema: the update applied to the registry as the stream is now, stored
         as a new revision, and made current by a conditional head write (so the boundary
         it records is the tail no append can have moved meanwhile)."""
-        for _ in range(STATE_ATTEMPTS):
+        for attempt in range(HOT_ATTEMPTS):
             head, state = await self.lookup(name)
             if not is_json_type(state.content_type):
                 raise InvalidSchema("schemas apply to application/json streams only")
@@ -546,13 +555,14 @@ class DurableStreams:
                 raise InvalidSchema(str(exc)) from None
             if await self._commit_conf(name, head, state, new):
                 return new
+            await _backoff(attempt)
         raise StorageUnavailable("schema update kept conflicting; retry", headers=RETRY)
 
     async def update_profile(self, name: str, body: object) -> dict[str, Any]:
         """POST /_profile: store the profile; evlog and metrics also install their canonical
         schema registry (replacing the registry, reference behaviour), in the same
         conditional head write."""
-        for _ in range(STATE_ATTEMPTS):
+        for attempt in range(HOT_ATTEMPTS):
             head, state = await self.lookup(name)
             try:
                 profile = profiles.parse_profile_update(body, state.content_type)
@@ -575,6 +585,7 @@ class DurableStreams:
                 raise InvalidRequest(str(exc)) from None
             if await self._commit_conf(name, head, replace(state, profile=profile), reg):
                 return profiles.resource(profile)
+            await _backoff(attempt)
         raise StorageUnavailable("profile update kept conflicting; retry", headers=RETRY)
 
     async def _commit_conf(
@@ -635,7 +646,7 @@ class DurableStreams:
     async def _state_only(self, name: str, guard: Guard) -> Written:
         """A write with no entries (close-only): the same guard, then a conditional ext put."""
         topic = topic_of(name)
-        for _ in range(STATE_ATTEMPTS):
+        for attempt in range(HOT_ATTEMPTS):
             head = await self.engine.head_of(topic)
             if head is None or head.deleted:
                 raise StreamNotFound(name)
@@ -644,6 +655,7 @@ class DurableStreams:
                 return verdict.note  # type: ignore[no-any-return]
             if await self.engine.put_ext(head, verdict.ext) is not None:
                 return verdict.note  # type: ignore[no-any-return]
+            await _backoff(attempt)
         raise StorageUnavailable(
             "stream update kept conflicting; retry", headers={"Retry-After": "1"}
         )
@@ -653,7 +665,7 @@ class DurableStreams:
         """Delete a stream. One that forks still read from is soft-deleted: it answers 410
         (and its name stays taken) until its last fork is deleted, which deletes it."""
         topic = topic_of(name)
-        for _ in range(STATE_ATTEMPTS):
+        for attempt in range(HOT_ATTEMPTS):
             head = await self.engine.head_of(topic)
             state = state_of(head)
             if head is None or state is None:
@@ -663,11 +675,13 @@ class DurableStreams:
             expired = state.expired(head, self.clock())
             if state.refs:
                 if await self.engine.put_ext(head, replace(state, gone=True).dump()) is None:
+                    await _backoff(attempt)
                     continue
                 if expired:
                     raise StreamGone(name)
                 return
             if not await self._drop(head, state):
+                await _backoff(attempt)
                 continue
             if expired:
                 raise StreamNotFound(name)  # an expired stream is gone already; this reclaims it
@@ -687,7 +701,7 @@ class DurableStreams:
         """Give back a fork's reference on its source; a deleted (or expired) source whose
         last reference this was is deleted now, and so on up the chain."""
         topic = topic_of(fork.src)
-        for _ in range(STATE_ATTEMPTS * 2):
+        for attempt in range(HOT_ATTEMPTS * 2):
             head = await self.engine.head_of(topic)
             state = state_of(head)
             if head is None or state is None or head.epoch != fork.src_epoch:
@@ -696,9 +710,9 @@ class DurableStreams:
             if not left.refs and (state.gone or state.expired(head, self.clock())):
                 if await self._drop(head, left):
                     return
-                continue
-            if await self.engine.put_ext(head, left.dump()) is not None:
+            elif await self.engine.put_ext(head, left.dump()) is not None:
                 return
+            await _backoff(min(attempt, 5))
         # The source keeps one reference too many: it is never reclaimed (410 until then).
         log.warning("fork reference on %r not released: it kept conflicting", fork.src)
 

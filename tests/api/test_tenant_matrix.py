@@ -120,6 +120,48 @@ def opened(c: TestClient, method: str, url: str, **kw: Any) -> httpx.Response:
 
 
 V1_SCHEMA = {"schema": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+SEARCH_SCHEMA = {
+    **V1_SCHEMA,
+    "routingKey": {"jsonPointer": "/k", "required": False},
+    "search": {
+        "primaryTimestampField": "t",
+        "fields": {
+            "t": {
+                "kind": "date",
+                "bindings": [{"version": 1, "jsonPointer": "/t"}],
+                "column": True,
+            },
+            "n": {
+                "kind": "integer",
+                "bindings": [{"version": 1, "jsonPointer": "/n"}],
+                "exact": True,
+            },
+        },
+        "rollups": {"r": {"intervals": ["1m"], "measures": {"c": {"kind": "count"}}}},
+    },
+}
+
+
+def mk_search_stream(c: TestClient, name: str) -> None:
+    """A JSON stream with a schema, routing key and search config, and one entry."""
+    mk_stream(c, name)
+    got = c.get(stream_url(name, "_schema"), headers=FULL.headers)
+    if got.json().get("currentVersion"):
+        return  # set up already (a case's setup may run again on the same names)
+    r = c.post(
+        stream_url(name, "_schema"),
+        content=json.dumps(SEARCH_SCHEMA),
+        headers={**FULL.headers, "content-type": "application/json"},
+    )
+    assert r.status_code == 200, r.text
+    r = c.post(
+        stream_url(name),
+        content=json.dumps([{"n": 1, "t": 5, "k": "a"}]),
+        headers={**FULL.headers, "content-type": "application/json"},
+    )
+    assert r.status_code == 204, r.text
+
+
 TEMPLATES = {
     "templates": [{"entity": "public.todos", "fields": [{"name": "status", "encoding": "string"}]}]
 }
@@ -496,16 +538,43 @@ CASES: list[Case] = [
         setup=lambda c, n, k: mk_touch_stream(c, n.t),
         foreign=("t",),
     ),
-    # A subresource this server does not have yet: 404, but only after credentials and names.
-    Case(
-        "v1.unknown_subresource",
-        ("GET", "/v1/stream/{path:path}"),
-        lambda c, h, n: c.get(stream_url(n.t, "_search"), headers=h),
-        need("read"),
-        s(404),
-        setup=lambda c, n, k: mk_stream(c, n.t),
-        foreign=("t",),
-    ),
+    # Search and inspection (§2.4, §7B): reads, POSTs included; the server routes (§2.6)
+    # name no stream and need read, as /v0/metrics.
+    *[
+        Case(
+            f"v1.{sub}.{method.lower()}",
+            ("GET" if method == "GET" else "POST", "/v1/stream/{path:path}"),
+            lambda c, h, n, method=method, sub=sub, body=body, params=params: c.request(
+                method,
+                stream_url(n.t, sub),
+                params=params,
+                content=json.dumps(body) if body is not None else None,
+                headers=with_json(h),
+            ),
+            need("read"),
+            s(200),
+            setup=lambda c, n, k: mk_search_stream(c, n.t),
+            foreign=("t",),
+        )
+        for method, sub, params, body in (
+            ("GET", "_search", {"q": "n:1"}, None),
+            ("POST", "_search", None, {"q": "n:1"}),
+            ("POST", "_aggregate", None, {"rollup": "r", "from": 0, "to": 1, "interval": "1m"}),
+            ("GET", "_routing_keys", None, None),
+            ("GET", "_index_status", None, None),
+            ("GET", "_details", None, None),
+        )
+    ],
+    *[
+        Case(
+            f"v1.server{p}",
+            ("GET", p),
+            lambda c, h, n, p=p: c.get(p, headers=h),
+            need("read"),
+            s(200),
+        )
+        for p in ("/v1/server/_details", "/v1/server/_mem")
+    ],
     # --- /api/v1 notifications (aviso) --------------------------------------------------------
     # t42_alerts needs a key: reads with read (read_roles), writes with write (write_roles);
     # admin keys may always read and write.

@@ -67,10 +67,15 @@ __all__ = [
     "Not",
     "Or",
     "Predicate",
+    "Prefix",
+    "Text",
+    "TextTarget",
+    "analyze",
     "fields_from_config",
     "json_pointer_get",
     "parse_filter",
     "parse_json_pointer",
+    "parse_query",
 ]
 
 MAX_FILTER_LENGTH: Final = 4096
@@ -509,6 +514,10 @@ class Predicate(ABC):
     def matches(self, doc: object, *, version: int | None = None) -> bool:
         """Whether a decoded JSON ``doc`` (of schema ``version``; newest if None) matches."""
 
+    def evaluate(self, doc: object, *, version: int | None = None) -> tuple[bool, float]:
+        """(matches, score): only text clauses score (``_search``); everything else is 0."""
+        return self.matches(doc, version=version), 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class And(Predicate):
@@ -516,6 +525,15 @@ class And(Predicate):
 
     def matches(self, doc: object, *, version: int | None = None) -> bool:
         return all(c.matches(doc, version=version) for c in self.children)
+
+    def evaluate(self, doc: object, *, version: int | None = None) -> tuple[bool, float]:
+        total = 0.0
+        for c in self.children:
+            ok, score = c.evaluate(doc, version=version)
+            if not ok:
+                return False, 0.0
+            total += score
+        return True, total
 
     def __str__(self) -> str:
         return "(" + " AND ".join(map(str, self.children)) + ")"
@@ -527,6 +545,10 @@ class Or(Predicate):
 
     def matches(self, doc: object, *, version: int | None = None) -> bool:
         return any(c.matches(doc, version=version) for c in self.children)
+
+    def evaluate(self, doc: object, *, version: int | None = None) -> tuple[bool, float]:
+        results = [c.evaluate(doc, version=version) for c in self.children]
+        return any(ok for ok, _ in results), sum(score for ok, score in results if ok)
 
     def __str__(self) -> str:
         return "(" + " OR ".join(map(str, self.children)) + ")"
@@ -577,6 +599,107 @@ class Compare(Predicate):
         return f"{self.field.name}:{_OP_SYMBOL[self.op]}{text}"
 
 
+_WORD_RE: Final = re.compile(r"[^\W_]+")
+
+
+def analyze(text: str) -> list[str]:
+    """The ``unicode_word_v1`` analyzer: lowercase, then the maximal runs of Unicode letters
+    and digits (categories L* and N*; everything else, ``_`` included, separates tokens)."""
+    return _WORD_RE.findall(text.lower())
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix(Predicate):
+    """``field:value*`` on a keyword field with ``prefix: true`` (normalized like equality)."""
+
+    field: FieldSpec
+    value: str
+
+    def matches(self, doc: object, *, version: int | None = None) -> bool:
+        return any(
+            isinstance(v, str) and v.startswith(self.value) for v in self.field.values(doc, version)
+        )
+
+    def __str__(self) -> str:
+        return f"{self.field.name}:{_quote_if_needed(self.value)}*"
+
+
+@dataclass(frozen=True, slots=True)
+class TextTarget:
+    """One field a text clause searches, with its query tokens and ``defaultFields`` boost.
+    A keyword target has one token (the whole normalized value); a text target the
+    analyzer's tokens of the clause."""
+
+    field: FieldSpec
+    tokens: tuple[str, ...]
+    boost: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Text(Predicate):
+    """A full-text clause (``_search`` only): a bare term or phrase over
+    ``search.defaultFields``, or ``field:words`` / ``field:"a phrase"`` on a text field.
+
+    On a text target: a phrase matches consecutive tokens; otherwise every query token must
+    occur. With a trailing ``*`` the last query token matches as a token prefix. On a keyword
+    target the normalized value is compared whole (or as a prefix). The score follows the
+    reference: per target (occurrences of the query tokens + 2 per token for a phrase) times
+    the boost, the best target counting; AND and OR add the scores of matching children."""
+
+    targets: tuple[TextTarget, ...]
+    phrase: bool = False
+    prefix: bool = False
+    raw: str = ""
+
+    def matches(self, doc: object, *, version: int | None = None) -> bool:
+        return self.evaluate(doc, version=version)[0]
+
+    def evaluate(self, doc: object, *, version: int | None = None) -> tuple[bool, float]:
+        matched, best = False, 0.0
+        for t in self.targets:
+            for value in t.field.values(doc, version):
+                if not isinstance(value, str):
+                    continue
+                if t.field.kind == "keyword":
+                    want = t.tokens[0]
+                    if value.startswith(want) if self.prefix else value == want:
+                        matched, best = True, max(best, t.boost)
+                    continue
+                score = _text_score(analyze(value), t.tokens, self.phrase, self.prefix)
+                if score is not None:
+                    matched, best = True, max(best, score * t.boost)
+        return matched, best
+
+    def __str__(self) -> str:
+        body = '"' + self.raw.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        names = ",".join(t.field.name for t in self.targets)
+        return f"text[{names}]:{body}{'*' if self.prefix else ''}"
+
+
+def _token_hit(doc_token: str, want: str, prefix: bool) -> bool:
+    return doc_token.startswith(want) if prefix else doc_token == want
+
+
+def _text_score(doc: list[str], query: tuple[str, ...], phrase: bool, prefix: bool) -> float | None:
+    """Score of one analyzed value against the query tokens, None when it does not match."""
+    last = len(query) - 1
+    if phrase:
+        ok = any(
+            all(_token_hit(doc[start + i], q, prefix and i == last) for i, q in enumerate(query))
+            for start in range(len(doc) - len(query) + 1)
+        )
+    else:
+        ok = all(
+            any(_token_hit(d, q, prefix and i == last) for d in doc) for i, q in enumerate(query)
+        )
+    if not ok:
+        return None
+    hits = sum(
+        sum(1 for d in doc if _token_hit(d, q, prefix and i == last)) for i, q in enumerate(query)
+    )
+    return float(hits + (2 * len(query) if phrase else 0))
+
+
 def _quote_if_needed(value: str) -> str:
     if value and not re.search(r'[\s()"]', value) and value[0] not in "<>=":
         return value
@@ -588,11 +711,12 @@ def _quote_if_needed(value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Token:
-    kind: Literal["(", ")", "NOT", "AND", "OR", "has", "clause"]
+    kind: Literal["(", ")", "NOT", "AND", "OR", "has", "clause", "term"]
     pos: int
     field: str = ""
     op: CompareOp = "eq"
     value: str = ""
+    quoted: bool = False
 
 
 _WORD_STOP: Final = frozenset('():"')
@@ -633,9 +757,9 @@ def _quoted(text: str, start: int) -> tuple[str, int]:
     raise FilterError(f"unterminated quoted value starting at position {start}")
 
 
-def _tokenize(text: str) -> list[_Token]:
+def _tokenize(text: str, search: bool = False) -> list[_Token]:
+    """Tokens of ``text``; ``search`` admits bare terms and quoted phrases (``q=``)."""
     tokens: list[_Token] = []
-    clauses = 0
     i = 0
     while i < len(text):
         ch = text[i]
@@ -648,21 +772,27 @@ def _tokenize(text: str) -> list[_Token]:
             tokens.append(_Token("NOT", i))
             i += 1
         elif ch == '"':
-            raise FilterError(
-                f"unexpected quoted text at position {i}; filter clauses are field:value "
-                "(bare terms are not supported)"
-            )
+            if not search:
+                raise FilterError(
+                    f"unexpected quoted text at position {i}; filter clauses are field:value "
+                    "(bare terms are not supported)"
+                )
+            _count_clause(tokens)
+            value, end = _quoted(text, i)
+            tokens.append(_Token("term", i, value=value, quoted=True))
+            i = end
         else:
             end = _run(text, i, _WORD_STOP)
             word = text[i:end]
             if end < len(text) and text[end] == ":":
-                clauses += 1
-                if clauses > MAX_FILTER_CLAUSES:
-                    raise FilterError(f"filter has more than {MAX_FILTER_CLAUSES} clauses")
+                _count_clause(tokens)
                 token, end = _clause(text, i, word, end + 1)
                 tokens.append(token)
             elif word.upper() in ("AND", "OR", "NOT"):
                 tokens.append(_Token(cast(Literal["AND", "OR", "NOT"], word.upper()), i))
+            elif word and search:
+                _count_clause(tokens)
+                tokens.append(_Token("term", i, value=word))
             elif word:
                 raise FilterError(
                     f"expected field:value, has:field, AND, OR, NOT or '(' at position {i}, "
@@ -672,6 +802,11 @@ def _tokenize(text: str) -> list[_Token]:
                 raise FilterError(f"missing field name before ':' at position {i}")
             i = end
     return tokens
+
+
+def _count_clause(tokens: list[_Token]) -> None:
+    if sum(t.kind in ("clause", "has", "term") for t in tokens) >= MAX_FILTER_CLAUSES:
+        raise FilterError(f"filter has more than {MAX_FILTER_CLAUSES} clauses")
 
 
 def _clause(text: str, start: int, field: str, i: int) -> tuple[_Token, int]:
@@ -688,7 +823,8 @@ def _clause(text: str, start: int, field: str, i: int) -> tuple[_Token, int]:
         if text.startswith(symbol, i):
             op, i = _SYMBOL_OP[symbol], i + len(symbol)
             break
-    if i < len(text) and text[i] == '"':
+    quoted = i < len(text) and text[i] == '"'
+    if quoted:
         value, end = _quoted(text, i)
     else:
         end = _run(text, i, _VALUE_STOP)
@@ -698,16 +834,22 @@ def _clause(text: str, start: int, field: str, i: int) -> tuple[_Token, int]:
         if '"' in value:
             at = i + value.index('"')
             raise FilterError(f"unexpected '\"' at position {at}; quote the whole value")
-    return _Token("clause", start, field=field, op=op, value=value), end
+    return _Token("clause", start, field=field, op=op, value=value, quoted=quoted), end
 
 
 # --------------------------------------------------------------------------- parser
 
 
 class _Parser:
-    def __init__(self, tokens: list[_Token], fields: Mapping[str, FieldSpec]) -> None:
+    def __init__(
+        self,
+        tokens: list[_Token],
+        fields: Mapping[str, FieldSpec],
+        search: Mapping[str, object] | None = None,
+    ) -> None:
         self.tokens = tokens
         self.fields = fields
+        self.search = search  # None: the filter= language; else the search config (q=)
         self.pos = 0
 
     def peek(self) -> _Token | None:
@@ -769,6 +911,8 @@ class _Parser:
             return expr
         if tok.kind in ("has", "clause"):
             return self.compile(tok)
+        if tok.kind == "term":
+            return self.compile_term(tok)
         raise FilterError(f"unexpected {tok.kind} at position {tok.pos}; expected a clause")
 
     def lookup(self, name: str, pos: int) -> FieldSpec:
@@ -784,8 +928,13 @@ class _Parser:
     def compile(self, tok: _Token) -> Predicate:
         spec = self.lookup(tok.field, tok.pos)
         name = tok.field
+        if self.search is not None and tok.kind == "clause":
+            found = self.compile_search(tok, spec)
+            if found is not None:
+                return found
         if tok.kind == "has":
-            if not (spec.exists or spec.exact or spec.column):
+            text_ok = self.search is not None and spec.kind == "text"
+            if not (spec.exists or spec.exact or spec.column or text_ok):
                 raise FilterError(
                     f"field {name!r} does not support has: (needs exists, exact or column)"
                 )
@@ -806,6 +955,81 @@ class _Parser:
         elif not (spec.exact or spec.column):
             raise FilterError(f"field {name!r} does not support equality (needs exact or column)")
         return Compare(spec, tok.op, _query_value(spec, tok.value))
+
+    def compile_search(self, tok: _Token, spec: FieldSpec) -> Predicate | None:
+        """The ``q=`` forms beyond ``filter=``: keyword prefixes and text clauses (None: the
+        clause is compiled as in a filter)."""
+        name, value = tok.field, tok.value
+        star = not tok.quoted and len(value) > 1 and value.endswith("*")
+        if spec.kind == "keyword" and star and tok.op == "eq":
+            if not spec.prefix:
+                raise FilterError(f"field {name!r} does not support prefix queries (needs prefix)")
+            return Prefix(spec, str(_query_value(spec, value[:-1])))
+        if spec.kind != "text":
+            return None
+        if tok.op != "eq":
+            raise FilterError(f"field {name!r} is a text field; comparisons are not supported")
+        return self.text([(spec, 1.0)], value, tok.quoted, tok.pos)
+
+    def compile_term(self, tok: _Token) -> Predicate:
+        """A bare term or quoted phrase: a text clause over ``search.defaultFields`` (every
+        text field when none are listed)."""
+        assert self.search is not None  # the filter tokenizer never makes terms
+        targets: list[tuple[FieldSpec, float]] = []
+        defaults = self.search.get("defaultFields") or []
+        if isinstance(defaults, list) and defaults:
+            for item in defaults:
+                if isinstance(item, Mapping) and item.get("field") in self.fields:
+                    boost = item.get("boost", 1)
+                    targets.append((self.fields[str(item["field"])], float(cast(float, boost))))
+        else:
+            targets = [(s, 1.0) for n, s in self.fields.items() if s.kind == "text" and s.name == n]
+        targets = [(s, b) for s, b in targets if s.kind in ("text", "keyword")]
+        if not targets:
+            raise FilterError(
+                f"bare term at position {tok.pos} needs search.defaultFields (or a text field) "
+                "to search; use field:value"
+            )
+        return self.text(targets, tok.value, tok.quoted, tok.pos)
+
+    def text(
+        self, fields: list[tuple[FieldSpec, float]], value: str, quoted: bool, pos: int
+    ) -> Predicate:
+        prefix = len(value) > 1 and value.endswith("*")
+        body = value[:-1] if prefix else value
+        targets: list[TextTarget] = []
+        for spec, boost in fields:
+            tokens: tuple[str, ...]
+            if spec.kind == "keyword":
+                tokens = (str(_query_value(spec, body.strip())),) if body.strip() else ()
+            else:
+                tokens = tuple(analyze(body))
+                if quoted and len(tokens) > 1 and not spec.positions:
+                    raise FilterError(
+                        f"phrase at position {pos} on field {spec.name!r}, which does not "
+                        "support phrases (needs positions)"
+                    )
+            if tokens:
+                targets.append(TextTarget(spec, tokens, boost))
+        if not targets:
+            raise FilterError(f"text at position {pos} has no searchable words")
+        return Text(tuple(targets), phrase=quoted, prefix=prefix, raw=body)
+
+
+def parse_query(
+    text: str, fields: Mapping[str, FieldSpec], search: Mapping[str, object]
+) -> Predicate:
+    """Parse a ``_search`` / ``_aggregate`` ``q`` (docs/durable-streams.md, "Search"): the
+    ``filter=`` language plus bare terms and quoted phrases over ``search.defaultFields``,
+    ``field:words`` and ``field:"a phrase"`` on text fields (phrases need ``positions``),
+    and ``field:value*`` prefixes on keyword fields with ``prefix``. Raises ``FilterError``."""
+    if not isinstance(text, str):
+        raise FilterError(f"q must be a string, got {type(text).__name__}")
+    if len(text) > MAX_FILTER_LENGTH:
+        raise FilterError(f"q is longer than {MAX_FILTER_LENGTH} characters")
+    if not text.strip():
+        raise FilterError("q must not be empty")
+    return _Parser(_tokenize(text, search=True), fields, search).parse()
 
 
 def parse_filter(text: str, fields: Mapping[str, FieldSpec]) -> Predicate:

@@ -45,7 +45,7 @@ from headwater.engine.records import RECORD_OVERHEAD_BYTES, NewRecord, StoredRec
 from headwater.engine.values import Admit, AppendRequest, Guard, RangeRead, Settle
 from headwater.errors import InvalidRequest, StorageUnavailable, TopicNotFound
 from headwater.names import object_key_component
-from headwater.storage.ports import Head
+from headwater.storage.ports import Head, SegmentItem
 from headwater.storage.schema import REGISTRY_PREFIX
 
 STATE_ATTEMPTS = 8
@@ -59,6 +59,8 @@ FORK_ATTEMPTS = HOT_ATTEMPTS
 async def _backoff(attempt: int) -> None:
     """Sleep a jittered, capped interval before trying a raced state change again."""
     await asyncio.sleep(random.uniform(0, min(0.05, 0.002 * 2**attempt)))
+
+
 REGISTRY_CACHE = 256  # schema registry revisions kept per process
 CONF_CACHE = 100_000  # streams whose last-seen schema/profile a process remembers
 FILTER_SCAN_CAP = 100 * 1024 * 1024  # payload bytes one filtered read examines (§8.5)
@@ -768,6 +770,34 @@ class DurableStreams:
             records.append(rec)
             max_bytes -= len(rec.data_raw)
         return RangeRead(own.head, records, nxt, scanned + own.scanned_bytes)
+
+    async def read_window(
+        self, head: Head, after: int, upto: int, limit: int, max_bytes: int
+    ) -> RangeRead:
+        """Entries in (after, upto] of the stream as of `head` (at most `limit` records and
+        about `max_bytes`; the page's next_seq says how far it got): the scans of _search,
+        _aggregate and _routing_keys (durable/search.py) read newest-first windows with it."""
+        try:
+            return await self._compose(
+                head, after, min(upto, head.head_seq), limit, max_bytes, None
+            )
+        except TopicNotFound:
+            raise StreamNotFound(name_of(head.topic)) from None
+
+    async def segments(self, head: Head) -> list[SegmentItem]:
+        """The stream's own sealed segments (S3), oldest first; [] without tiering."""
+        store = self.engine.segments
+        if store is None:
+            return []
+        out: list[SegmentItem] = []
+        after = 0
+        while after < head.sealed_through:
+            items = await self.engine.run_io(store.after, head, after, 256)
+            if not items:
+                break
+            out.extend(it for it in items if it.first_seq <= head.sealed_through)
+            after = items[-1].last_seq
+        return out
 
     async def read_filtered(
         self,

@@ -60,7 +60,7 @@ from headwater.durable.wire import (
 )
 from headwater.engine.records import StoredRecord
 from headwater.engine.values import RangeRead
-from headwater.errors import HeadwaterError, InvalidRequest, NotFound, PayloadTooLarge
+from headwater.errors import HeadwaterError, InvalidRequest, PayloadTooLarge
 from headwater.http.auth import Principal
 from headwater.http.sse import bare_event_stream
 from headwater.http.v0 import authorize, services
@@ -262,6 +262,38 @@ async def list_streams(request: Request) -> Response:
     return Response(body, 200, headers=headers, media_type="application/json")
 
 
+@router.get("/v1/server/_details")
+async def server_details(request: Request) -> Response:
+    """§7B server details: configured limits and live state of this process (read scope)."""
+    from headwater.http import v1_search
+
+    svc = services(request)
+    authorize(request, svc, "read")
+    body = v1_search.server_details(svc)
+    return Response(
+        jsoncodec.dumps(body),
+        200,
+        headers={"Cache-Control": "no-store"},
+        media_type="application/json",
+    )
+
+
+@router.get("/v1/server/_mem")
+async def server_mem(request: Request) -> Response:
+    """§7B compact memory snapshot of this process (read scope)."""
+    from headwater.http import v1_search
+
+    svc = services(request)
+    authorize(request, svc, "read")
+    body = v1_search.server_mem(svc)
+    return Response(
+        jsoncodec.dumps(body),
+        200,
+        headers={"Cache-Control": "no-store"},
+        media_type="application/json",
+    )
+
+
 @router.api_route("/v1/stream/{path:path}", methods=["PUT", "POST", "GET", "HEAD", "DELETE"])
 async def stream_resource(request: Request, path: str) -> Response:
     svc = services(request)
@@ -286,8 +318,9 @@ async def stream_resource(request: Request, path: str) -> Response:
             from headwater.http import v1_touch  # it imports this module's helpers
 
             return await v1_touch.route(request, svc, principal, name, sub)
-        allow(principal, "read", name)
-        raise NotFound(f"{sub} is not available on this server yet")
+        from headwater.http import v1_search  # it imports this module's helpers
+
+        return await v1_search.route(request, svc, principal, name, sub)
     if method == "PUT":
         allow(principal, "write", name)
         return await _capped(_create(request, svc, principal, name))

@@ -1,0 +1,317 @@
+"""``_aggregate`` (protocol §4.3, §8.7): time-window rollups declared under
+``search.rollups``, answered exactly by scanning the stream (``.agg`` companions are a later
+increment: ``coverage.used_rollups`` is false). Shapes follow the reference
+(``src/search/aggregate.ts``): a record contributes only if it passes the rollup's
+``include``, has exactly one timestamp value, at most one value per dimension and exactly one
+numeric value per ``summary`` field; a ``count`` measure with its own ``include`` counts the
+records passing it. Counts answer ``{"count": n}``; summaries ``count``, ``sum``, ``min``,
+``max``, ``avg`` and ``p50``/``p95``/``p99`` read off the ``log2_v1`` histogram, whose buckets
+are ``2**floor(log2(max(1, |v|)))`` (keys as decimal strings)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from headwater.durable import schema
+from headwater.durable.filter import MISSING, FieldSpec, Predicate, _parse_date_ms, json_pointer_get
+from headwater.durable.search import (
+    TIMEOUT_CAP_MS,
+    Coverage,
+    Deadline,
+    SearchError,
+    compile_q,
+    scan,
+    search_config,
+)
+from headwater.durable.service import DurableStreams
+from headwater.storage.ports import Head
+
+BODY_KEYS: Final = frozenset({"rollup", "from", "to", "interval", "q", "group_by", "measures"})
+MAX_BUCKETS: Final = 10_000  # (to - from) / interval may not exceed this
+_DURATION = re.compile(r"([1-9][0-9]*)(ms|s|m|h|d)")
+_UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def interval_ms(text: str) -> int:
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise SearchError(f"interval {text!r} is not a supported duration")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def _time(raw: object, name: str) -> int:
+    if isinstance(raw, bool):
+        raise SearchError(f"{name} must be an RFC 3339 timestamp or unix milliseconds")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float) and math.isfinite(raw):
+        return math.trunc(raw)
+    if isinstance(raw, str):
+        ms = _parse_date_ms(raw.strip())
+        if ms is not None:
+            return ms
+    raise SearchError(f"{name} must be an RFC 3339 timestamp or unix milliseconds")
+
+
+def iso(ms: int) -> str:
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    )
+
+
+def _histogram_bucket(v: float) -> str:
+    return str(2 ** math.floor(math.log2(max(1.0, abs(v)))))
+
+
+def _percentile(hist: Mapping[str, int], p: float) -> float | None:
+    entries = sorted((float(k), n) for k, n in hist.items() if n > 0)
+    total = sum(n for _, n in entries)
+    if not total:
+        return None
+    seen = 0
+    for bucket, n in entries:
+        seen += n
+        if seen >= total * p:
+            return int(bucket) if bucket.is_integer() else bucket
+    return entries[-1][0]
+
+
+class _Summary:
+    __slots__ = ("count", "hist", "max", "min", "sum")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0.0
+        self.min: float | None = None
+        self.max: float | None = None
+        self.hist: dict[str, int] | None = None
+
+    def add(
+        self, count: float, total: float, lo: float, hi: float, hist: dict[str, int] | None
+    ) -> None:
+        self.count += count  # type: ignore[assignment]
+        self.sum += total
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+        if hist is not None:
+            self.hist = self.hist or {}
+            for k, n in hist.items():
+                self.hist[k] = self.hist.get(k, 0) + n
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "sum": self.sum,
+            "min": self.min,
+            "max": self.max,
+            "avg": self.sum / self.count if self.count else None,
+            "p50": _percentile(self.hist, 0.5) if self.hist else None,
+            "p95": _percentile(self.hist, 0.95) if self.hist else None,
+            "p99": _percentile(self.hist, 0.99) if self.hist else None,
+            "histogram": dict(sorted(self.hist.items(), key=lambda kv: float(kv[0])))
+            if self.hist
+            else None,
+        }
+
+
+def _number(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+class Rollup:
+    """A parsed request against one rollup."""
+
+    def __init__(self, raw: Mapping[str, Any], reg: Mapping[str, Any]) -> None:
+        unknown = sorted(set(raw) - BODY_KEYS)
+        if unknown:
+            raise SearchError(f"unknown aggregate request field(s): {', '.join(unknown)}")
+        search, fields = search_config(reg)
+        name = raw.get("rollup")
+        rollups = search.get("rollups") or {}
+        if not isinstance(name, str) or not name:
+            raise SearchError("rollup must be a non-empty string")
+        if name not in rollups:
+            raise SearchError(f"unknown rollup {name!r}")
+        self.name = name
+        cfg = rollups[name]
+        for key in ("from", "to", "interval"):
+            if key not in raw:
+                raise SearchError(f"{key} is required")
+        self.from_ms = _time(raw["from"], "from")
+        self.to_ms = _time(raw["to"], "to")
+        if self.to_ms <= self.from_ms:
+            raise SearchError("to must be greater than from")
+        interval = raw["interval"]
+        if not isinstance(interval, str) or interval not in cfg["intervals"]:
+            raise SearchError(f"interval {interval!r} is not configured for rollup {name!r}")
+        self.interval = interval
+        self.step = interval_ms(interval)
+        first = self.from_ms - self.from_ms % self.step
+        if (self.to_ms - first) // self.step > MAX_BUCKETS:
+            raise SearchError(f"from..to spans more than {MAX_BUCKETS} {interval} windows")
+        self.fields: Mapping[str, FieldSpec] = fields
+        self.ts = fields[cfg.get("timestampField") or search["primaryTimestampField"]]
+        self.dims: list[str] = list(cfg.get("dimensions", []))
+        group_by = raw.get("group_by", [])
+        if not isinstance(group_by, list) or not all(isinstance(g, str) for g in group_by):
+            raise SearchError("group_by must be an array of strings")
+        for g in group_by:
+            if g not in self.dims:
+                raise SearchError(f"group_by field {g!r} is not a dimension of rollup {name!r}")
+        if len(set(group_by)) != len(group_by):
+            raise SearchError("group_by lists a field twice")
+        self.group_by: list[str] = group_by
+        self.measures: Mapping[str, Any] = cfg["measures"]
+        wanted = raw.get("measures")
+        if wanted is None:
+            wanted = list(self.measures)
+        if (
+            not isinstance(wanted, list)
+            or not wanted
+            or not all(isinstance(m, str) for m in wanted)
+        ):
+            raise SearchError("measures must be a non-empty array of strings")
+        for m in wanted:
+            if m not in self.measures:
+                raise SearchError(f"unknown measure {m!r} on rollup {name!r}")
+        self.wanted = sorted(set(wanted))
+        self.q: Predicate | None = compile_q(raw["q"], reg) if raw.get("q") is not None else None
+        self.include = compile_q(cfg["include"], reg) if cfg.get("include") else None
+        self.measure_include = {
+            m: compile_q(spec["include"], reg)
+            for m, spec in self.measures.items()
+            if spec.get("kind") == "count" and spec.get("include")
+        }
+
+    def contribution(
+        self, doc: object, version: int | None
+    ) -> (
+        tuple[
+            int, dict[str, Any], dict[str, tuple[float, float, float, float, dict[str, int] | None]]
+        ]
+        | None
+    ):
+        """(window start, dimension key, per measure (count, sum, min, max, histogram)), or
+        None when the record does not contribute."""
+        if self.include is not None and not self.include.matches(doc, version=version):
+            return None
+        ts = self.ts.values(doc, version)
+        if len(ts) != 1 or not isinstance(ts[0], int):
+            return None
+        t = ts[0]
+        if not self.from_ms <= t < self.to_ms:
+            return None
+        key: dict[str, Any] = {}
+        for d in self.dims:
+            values = self.fields[d].values(doc, version)
+            if len(values) > 1:
+                return None
+            key[d] = values[0] if values else None
+        out: dict[str, tuple[float, float, float, float, dict[str, int] | None]] = {}
+        for m, spec in self.measures.items():
+            kind = spec["kind"]
+            if kind == "count":
+                inc = self.measure_include.get(m)
+                n = 1.0 if inc is None or inc.matches(doc, version=version) else 0.0
+                out[m] = (n, 0.0, 0.0, 0.0, None)
+            elif kind == "summary":
+                values = self.fields[spec["field"]].values(doc, version)
+                v = _number(values[0]) if len(values) == 1 else None
+                if v is None:
+                    return None
+                hist = {_histogram_bucket(v): 1} if spec.get("histogram", "log2_v1") else None
+                out[m] = (1.0, v, v, v, hist)
+            else:  # summary_parts
+                parts = [
+                    _number(json_pointer_get(doc, spec[k]))
+                    for k in (
+                        "countJsonPointer",
+                        "sumJsonPointer",
+                        "minJsonPointer",
+                        "maxJsonPointer",
+                    )
+                ]
+                if any(p is None for p in parts):
+                    return None
+                hist = None
+                if spec.get("histogramJsonPointer"):
+                    raw = json_pointer_get(doc, spec["histogramJsonPointer"])
+                    if raw is not MISSING and isinstance(raw, dict):
+                        hist = {
+                            str(k): int(n) for k, n in raw.items() if _number(n) is not None
+                        } or None
+                c, s_, lo, hi = (float(p) for p in parts)  # type: ignore[arg-type]
+                out[m] = (c, s_, lo, hi, hist)
+        return t - t % self.step, key, out
+
+
+async def run_aggregate(
+    streams: DurableStreams, name: str, head: Head, reg: Mapping[str, Any], r: Rollup
+) -> tuple[int, dict[str, Any]]:
+    deadline = Deadline(TIMEOUT_CAP_MS)
+    cov = Coverage(head, await streams.segments(head))
+    buckets: dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}
+    async for doc in scan(streams, cov, deadline, reg, 0, head.head_seq, "asc"):
+        if r.q is not None and not r.q.matches(doc.value, version=doc.version):
+            continue
+        got = r.contribution(doc.value, doc.version)
+        if got is None:
+            continue
+        start, dims, measures = got
+        key = {g: dims.get(g) for g in r.group_by}
+        groups = buckets.setdefault(start, {})
+        gk = json.dumps(key, sort_keys=True)
+        _, states = groups.setdefault(gk, (key, {}))
+        for m in r.wanted:
+            c, total, lo, hi, hist = measures[m]
+            if r.measures[m]["kind"] == "count":
+                states[m] = states.get(m, 0) + int(c)
+            else:
+                states.setdefault(m, _Summary()).add(c, total, lo, hi, hist)
+    body = {
+        "stream": name,
+        "rollup": r.name,
+        "from": iso(r.from_ms),
+        "to": iso(r.to_ms),
+        "interval": r.interval,
+        "coverage": {
+            **cov.common(),
+            "used_rollups": False,
+            "indexed_segments": cov.indexed_segments,
+            "scanned_segments": len(cov.scanned_segments),
+            "scanned_tail_docs": cov.scanned_tail_docs,
+            "index_families_used": sorted(cov.index_families_used),
+        },
+        "buckets": [
+            {
+                "start": iso(start),
+                "end": iso(start + r.step),
+                "groups": [
+                    {
+                        "key": key,
+                        "measures": {
+                            m: {"count": v} if isinstance(v, int) else v.body()
+                            for m, v in sorted(states.items())
+                        },
+                    }
+                    for _, (key, states) in sorted(buckets[start].items())
+                ],
+            }
+            for start in sorted(buckets)
+        ],
+    }
+    return (408 if cov.timed_out else 200), body
+
+
+def parse(raw: object, reg: Mapping[str, Any]) -> Rollup:
+    if not isinstance(raw, Mapping):
+        raise SearchError("the aggregate request must be a JSON object")
+    schema.search_fields(reg)
+    return Rollup(raw, reg)

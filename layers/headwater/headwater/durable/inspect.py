@@ -1,0 +1,299 @@
+"""Stream and server inspection (protocol §7B): ``_routing_keys``, ``_index_status``,
+``_details``, ``/v1/server/_details`` and ``/v1/server/_mem``.
+
+No index family is built yet (later increments), so ``_routing_keys`` scans the stream, and
+``_index_status`` reports each family the search config wants with zero coverage and every
+sealed segment as lag. Fields of the reference that describe Bun/SQLite internals (heap,
+SQLite allocator, forced GC, mmap'd files) are reported as null or zero (see
+docs/durable-streams.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from headwater.durable import profiles
+from headwater.durable.offsets import encode_offset
+from headwater.durable.search import Coverage, Deadline, SearchError, monotonic, scan
+from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams
+from headwater.durable.state import StreamState, name_of
+from headwater.storage.ports import Head, SegmentItem
+
+ROUTING_DEFAULT_LIMIT: Final = 100
+ROUTING_MAX_LIMIT: Final = 500
+ROUTING_TIMEOUT_MS: Final = 3000
+ROUTING_SCAN_CAP: Final = FILTER_SCAN_CAP  # payload bytes one page may examine
+_STARTED = time.time()
+
+
+# --------------------------------------------------------------------------- routing keys
+async def routing_keys(
+    streams: DurableStreams,
+    head: Head,
+    reg: Mapping[str, Any],
+    limit: int,
+    after: str | None,
+) -> dict[str, Any]:
+    """One alphabetical page of distinct routing keys, by scanning the stream's records
+    (the key is each record's stored tag). complete=false if the deadline or the scan cap
+    stopped the scan before the end."""
+    if not reg.get("routingKey"):
+        raise SearchError("_routing_keys needs a schema that declares routingKey")
+    deadline = Deadline(ROUTING_TIMEOUT_MS)
+    cov = Coverage(head, await streams.segments(head))
+    keys: set[str] = set()
+    scanned_bytes = 0
+    capped = False
+    t0 = monotonic()
+    async for doc in scan(streams, cov, deadline, None, 0, head.head_seq, "asc"):
+        scanned_bytes += len(doc.rec.data_raw)
+        tag = doc.rec.tag_json
+        if tag is not None:
+            key = json.loads(tag)
+            if isinstance(key, str) and (after is None or key > after):
+                keys.add(key)
+                if len(keys) > limit + 1:  # one past the page: is there a next page
+                    keys.remove(max(keys))
+        if scanned_bytes >= ROUTING_SCAN_CAP and doc.rec.seq < head.head_seq:
+            capped = True
+            cov.missing.append((doc.rec.seq, head.head_seq))
+            break
+    scan_ms = round((monotonic() - t0) * 1000)
+    page = sorted(keys)
+    complete = not cov.missing
+    more = len(page) > limit
+    page = page[:limit]
+    missing = cov.missing_counts()
+    local = head.sealed_through < head.head_seq
+    return {
+        "stream": name_of(head.topic),
+        "source": "scan",
+        "took_ms": deadline.took_ms(),
+        "coverage": {
+            "complete": complete,
+            "indexed_segments": 0,
+            "scanned_uploaded_segments": len(cov.scanned_segments),
+            "scanned_local_segments": 0,
+            "scanned_wal_rows": cov.scanned_tail_docs,
+            "possible_missing_uploaded_segments": missing["possible_missing_uploaded_segments"],
+            "possible_missing_local_segments": 0,
+            "scan_limit_reached": capped,
+            "timed_out": cov.timed_out,
+        },
+        "timing": {
+            "lexicon_run_get_ms": 0,
+            "lexicon_decode_ms": 0,
+            "lexicon_enumerate_ms": 0,
+            "lexicon_merge_ms": 0,
+            "fallback_scan_ms": scan_ms,
+            "fallback_segment_get_ms": round(cov.scanned_segment_time_ms),
+            "fallback_wal_scan_ms": round(cov.scanned_tail_time_ms) if local else 0,
+            "lexicon_runs_loaded": 0,
+        },
+        "keys": page,
+        "next_after": page[-1] if page and (more or not complete) else None,
+    }
+
+
+# --------------------------------------------------------------------------- index status
+FAMILIES: Final = ("col", "fts", "agg", "mblk")
+
+
+def _desired(reg: Mapping[str, Any]) -> dict[str, bool]:
+    """Which bundled families the search config would have built (reference planning)."""
+    search = reg.get("search") or {}
+    fields = (search.get("fields") or {}).values()
+    return {
+        "col": any(f.get("column") for f in fields),
+        "fts": any(f.get("kind") == "text" or f.get("prefix") for f in fields),
+        "agg": bool(search.get("rollups")),
+        "mblk": search.get("profile") == "metrics",
+    }
+
+
+def index_status(
+    head: Head, state: StreamState, reg: Mapping[str, Any], segments: list[SegmentItem], now: int
+) -> dict[str, Any]:
+    lag = len(segments)
+    oldest = min((s.created_ms for s in segments), default=None)
+    lag_ms = max(0, now - oldest) if oldest is not None else 0
+
+    def family() -> dict[str, Any]:
+        return {
+            "indexed_segment_count": 0,
+            "lag_segments": lag,
+            "lag_ms": lag_ms,
+            "bytes_at_rest": "0",
+        }
+
+    search = reg.get("search") or {}
+    exact_fields = sorted(n for n, f in (search.get("fields") or {}).items() if f.get("exact"))
+    desired = _desired(reg)
+    return {
+        "stream": name_of(head.topic),
+        "profile": (state.profile or profiles.DEFAULT_PROFILE).get("kind", "generic"),
+        "segments": {
+            "total_count": len(segments),
+            "uploaded_count": len(segments),
+            "sealed_through": encode_offset(head.epoch, head.sealed_through),
+            "uploaded_through": encode_offset(head.epoch, head.sealed_through),
+            "bytes": str(sum(s.bytes for s in segments)),
+        },
+        "manifest": {
+            "generation": None,
+            "last_uploaded_at": None,
+            "last_uploaded_size_bytes": None,
+        },
+        "routing_key_index": {"configured": bool(reg.get("routingKey")), **family()},
+        "routing_key_lexicon": {"configured": bool(reg.get("routingKey")), **family()},
+        "exact_indexes": [
+            {"name": n, "stale_configuration": False, **family()} for n in exact_fields
+        ],
+        "bundled_companions": {
+            "desired_families": [f for f in FAMILIES if desired[f]],
+            "covered_segment_count": 0,
+            "lag_segments": lag if any(desired.values()) else 0,
+            "bytes_at_rest": "0",
+        },
+        "search_families": [
+            {"family": f, "contiguous_covered_segment_count": 0, **family()}
+            for f in FAMILIES
+            if desired[f]
+        ],
+    }
+
+
+def stream_summary(head: Head, state: StreamState) -> dict[str, Any]:
+    return {
+        "name": name_of(head.topic),
+        "content_type": state.content_type,
+        "profile": (state.profile or profiles.DEFAULT_PROFILE).get("kind", "generic"),
+        "created_at": state.created_ms,
+        "expires_at": state.expires_text or None,
+        "ttl_seconds": state.ttl_ms // 1000 if state.ttl_ms else None,
+        "closed": state.closed,
+        "epoch": head.epoch,
+        "next_offset": encode_offset(head.epoch, head.head_seq),
+        "sealed_through": encode_offset(head.epoch, head.sealed_through),
+        "uploaded_through": encode_offset(head.epoch, head.sealed_through),
+        "total_size_bytes": str(head.bytes),
+        "entries": head.count,
+        "schema_version": state.schema_version,
+        "forked_from": state.fork.src if state.fork is not None else None,
+    }
+
+
+def details(
+    head: Head,
+    state: StreamState,
+    reg: Mapping[str, Any],
+    segments: list[SegmentItem],
+    now: int,
+) -> dict[str, Any]:
+    seg_bytes = sum(s.bytes for s in segments)
+    return {
+        "stream": stream_summary(head, state),
+        "profile": profiles.resource(state.profile),
+        "schema": reg,
+        "index_status": index_status(head, state, reg, segments, now),
+        "storage": {
+            "object_storage": {
+                "segments_bytes": str(seg_bytes),
+                "segment_objects": len(segments),
+                "indexes_bytes": "0",
+                "index_objects": 0,
+                "metadata_objects": 1 if state.registry_key else 0,
+            },
+            "local_storage": {
+                "wal_bytes": str(max(0, head.unsealed_bytes)),
+                "pending_sealed_segment_bytes": "0",
+                "segment_cache_bytes": None,
+                "routing_index_cache_bytes": "0",
+                "exact_index_cache_bytes": "0",
+                "lexicon_index_cache_bytes": "0",
+                "companion_cache_bytes": "0",
+                "sqlite_shared_bytes": None,
+            },
+            "companion_families": {f: "0" for f in FAMILIES},
+        },
+        "object_store_requests": None,
+    }
+
+
+def _stable(value: Any) -> Any:
+    """The descriptor without what moves with the clock alone (lag_ms)."""
+    if isinstance(value, Mapping):
+        return {k: _stable(v) for k, v in value.items() if k != "lag_ms"}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def etag(body: Mapping[str, Any]) -> str:
+    """A weak validator of the descriptor: changes with the head, schema, profile, segments
+    and (later) index progress, not with the clock."""
+    text = json.dumps(_stable(body), sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    return f'W/"{digest}"'
+
+
+# --------------------------------------------------------------------------- server
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _limit_mb() -> int | None:
+    raw = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    return int(raw) if raw and raw.isdigit() else None
+
+
+def mem(counts: Mapping[str, int], cache_bytes: int, cache_budget: int) -> dict[str, Any]:
+    rss = _rss_bytes()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return {
+        "ts": int(time.time() * 1000),
+        "process": {
+            "rss_bytes": rss,
+            "heap_total_bytes": None,
+            "heap_used_bytes": None,
+            "external_bytes": None,
+            "array_buffers_bytes": None,
+        },
+        "process_breakdown": {
+            "rss_bytes": rss,
+            "tracked_cache_bytes": cache_bytes,
+            "unattributed_rss_bytes": None if rss is None else max(0, rss - cache_bytes),
+        },
+        "sqlite": None,
+        "gc": None,
+        "high_water": {"rss_bytes": peak, "at": None},
+        "counters": dict(counts),
+        "runtime_counts": dict(counts),
+        "runtime_bytes": {
+            "heap_estimates": {"frame_cache_bytes": cache_bytes},
+            "mapped_files": {},
+            "disk_caches": {},
+            "configured_budgets": {"frame_cache_bytes": cache_budget},
+            "pipeline_buffers": {},
+            "sqlite_runtime": {},
+        },
+        "runtime_totals": {
+            "heap_estimate_bytes": cache_bytes,
+            "mapped_file_bytes": 0,
+            "disk_cache_bytes": 0,
+            "configured_budget_bytes": cache_budget,
+            "pipeline_buffer_bytes": 0,
+            "sqlite_runtime_bytes": 0,
+        },
+        "top_streams": [],
+        "uptime_ms": int((time.time() - _STARTED) * 1000),
+    }

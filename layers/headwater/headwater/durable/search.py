@@ -1,0 +1,566 @@
+"""``_search`` (protocol §8.6): parse a request, run it over a snapshot of the stream, shape
+the response (docs/durable-streams.md, "Search and inspection").
+
+This increment answers every request by scanning the stream's entries (sealed segments in S3
+and the DynamoDB tail alike, through ``DurableStreams.read_window``). Index families (exact,
+``.col``, ``.fts``, ``.agg``, lexicon) are later increments; they plug in at two seams here:
+
+* ``Coverage`` accumulates what a request consulted: today ``indexed_segments`` stays 0 and
+  ``index_families_used`` empty, and the scan counters say what was read.
+* ``Scan`` is the one source of documents: a window of seqs read oldest- or newest-first, with
+  the cooperative deadline checked between records. A family-backed source would hand back
+  candidate seqs per segment and fall back to ``Scan`` for what it does not cover.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from headwater import jsoncodec
+from headwater.durable import schema
+from headwater.durable.filter import FieldSpec, FilterError, Predicate, parse_query
+from headwater.durable.offsets import Offset, OffsetError, decode_offset, encode_offset
+from headwater.durable.service import DurableStreams
+from headwater.engine.records import StoredRecord
+from headwater.errors import InvalidRequest
+from headwater.storage.ports import Head, SegmentItem
+
+DEFAULT_SIZE: Final = 50  # the reference's default page size
+MAX_SIZE: Final = 500  # ...and its cap
+TIMEOUT_CAP_MS: Final = 3000  # §8.6: the effective timeout is clamped to <= 3000 ms
+WINDOW_RECORDS: Final = 512  # records per newest-first window / forward page
+WINDOW_BYTES: Final = 4 << 20
+BODY_KEYS: Final = frozenset({"q", "size", "sort", "search_after", "timeout_ms"})
+
+# The clock the cooperative deadline reads (seconds); tests replace it to make a deadline
+# fall after a known number of records.
+monotonic: Callable[[], float] = time.monotonic
+
+
+class SearchError(InvalidRequest):
+    """A bad search/aggregate/inspection request: 400 in the /v1 error envelope."""
+
+
+# --------------------------------------------------------------------------- coverage
+@dataclass(slots=True)
+class Coverage:
+    """What one request consulted. Families will add indexed counts; the scan fills the rest."""
+
+    head: Head
+    segments: list[SegmentItem]
+    scanned_segments: set[int] = field(default_factory=set)  # segment last seqs
+    scanned_segment_time_ms: float = 0.0
+    scanned_tail_docs: int = 0
+    scanned_tail_time_ms: float = 0.0
+    indexed_segments: int = 0
+    index_families_used: set[str] = field(default_factory=set)
+    # (lo, hi] seqs the request meant to cover but did not reach (a deadline)
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    timed_out: bool = False
+
+    def segment_of(self, seq: int) -> SegmentItem | None:
+        lo, hi = 0, len(self.segments)
+        while lo < hi:  # first segment whose last_seq >= seq
+            mid = (lo + hi) // 2
+            if self.segments[mid].last_seq < seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(self.segments) and self.segments[lo].first_seq <= seq:
+            return self.segments[lo]
+        return None
+
+    def note(self, seq: int, seconds: float) -> None:
+        seg = self.segment_of(seq) if seq <= self.head.sealed_through else None
+        if seg is not None:
+            self.scanned_segments.add(seg.last_seq)
+            self.scanned_segment_time_ms += seconds * 1000
+        else:
+            self.scanned_tail_docs += 1
+            self.scanned_tail_time_ms += seconds * 1000
+
+    def missing_counts(self) -> dict[str, int]:
+        sealed = wal = 0
+        segs: set[int] = set()
+        for lo, hi in self.missing:
+            cut = min(hi, self.head.sealed_through)
+            if cut > lo:
+                sealed += cut - lo
+                for s in self.segments:
+                    if s.last_seq > lo and s.first_seq <= cut:
+                        segs.add(s.last_seq)
+            wal += max(0, hi - max(lo, self.head.sealed_through))
+        return {
+            "possible_missing_events_upper_bound": sealed + wal,
+            "possible_missing_uploaded_segments": len(segs),
+            "possible_missing_sealed_rows": sealed,
+            "possible_missing_wal_rows": wal,
+        }
+
+    def common(self) -> dict[str, Any]:
+        end = encode_offset(self.head.epoch, self.head.head_seq)
+        return {
+            "mode": "complete",
+            "complete": not self.missing,
+            "stream_head_offset": end,
+            "visible_through_offset": end,
+            "visible_through_primary_timestamp_max": None,
+            "oldest_omitted_append_at": None,
+            **self.missing_counts(),
+        }
+
+
+class Deadline:
+    def __init__(self, timeout_ms: int) -> None:
+        self.timeout_ms = timeout_ms
+        self.started = monotonic()
+        self.at = self.started + timeout_ms / 1000
+
+    def passed(self) -> bool:
+        return monotonic() >= self.at
+
+    def took_ms(self) -> int:
+        return max(0, round((monotonic() - self.started) * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    rec: StoredRecord
+    value: object  # the entry as stored (its own schema version)
+    version: int | None  # None: no schema (newest bindings)
+
+
+async def scan(
+    streams: DurableStreams,
+    cov: Coverage,
+    deadline: Deadline,
+    reg: Mapping[str, Any] | None,
+    lo: int,
+    hi: int,
+    order: Literal["asc", "desc"],
+) -> AsyncIterator[Doc]:
+    """The entries in seqs (lo, hi] in `order`, each noted in `cov`. At the deadline the
+    rest of the window is recorded as missing and the iteration ends (cov.timed_out)."""
+    head = cov.head
+    while lo < hi:
+        if deadline.passed():
+            cov.timed_out = True
+            cov.missing.append((lo, hi))
+            return
+        if order == "asc":
+            page = await streams.read_window(head, lo, hi, WINDOW_RECORDS, WINDOW_BYTES)
+            recs, nxt = list(page.records), max(page.next_seq, lo)
+            if nxt <= lo:
+                return
+        else:
+            start = max(lo, hi - WINDOW_RECORDS)
+            recs = []
+            at = start
+            while at < hi:  # the window, oldest first (a byte-capped page may stop short)
+                page = await streams.read_window(head, at, hi, WINDOW_RECORDS, WINDOW_BYTES)
+                recs.extend(page.records)
+                if page.next_seq <= at:
+                    break
+                at = page.next_seq
+            recs.reverse()
+        for rec in recs:
+            if deadline.passed():
+                cov.timed_out = True
+                if order == "asc":
+                    cov.missing.append((rec.seq - 1, hi))
+                else:
+                    cov.missing.append((lo, rec.seq))
+                return
+            t0 = monotonic()
+            try:
+                value = jsoncodec.loads(rec.data_raw)
+            except ValueError:
+                value = None  # not JSON (a JSON stream never stores one): matches nothing
+            version = schema.version_at(reg, rec.seq, key=_boundary_seq) if reg else 0
+            cov.note(rec.seq, monotonic() - t0)
+            yield Doc(rec, value, version or None)
+        if order == "asc":
+            lo = nxt
+        else:
+            hi = start
+
+
+def _boundary_seq(offset: str) -> int:
+    off = decode_offset(offset)
+    return off.seq if isinstance(off, Offset) else 0
+
+
+# --------------------------------------------------------------------------- request
+@dataclass(frozen=True, slots=True)
+class SortSpec:
+    kind: Literal["offset", "score", "field"]
+    desc: bool
+    field: FieldSpec | None = None
+
+    @property
+    def label(self) -> str:
+        name = {"offset": "offset", "score": "_score"}.get(self.kind) or self.field.name  # type: ignore[union-attr]
+        return f"{name}:{'desc' if self.desc else 'asc'}"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    query: Predicate
+    size: int
+    sorts: tuple[SortSpec, ...]
+    search_after: tuple[Any, ...] | None
+    timeout_ms: int
+    requested_timeout_ms: int | None
+
+
+def search_config(reg: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, FieldSpec]]:
+    search = reg.get("search")
+    if not search:
+        raise SearchError("search is not configured for this stream (POST /_schema a search)")
+    return search, schema.search_fields(reg)
+
+
+def compile_q(q: object, reg: Mapping[str, Any]) -> Predicate:
+    search, fields = search_config(reg)
+    if not isinstance(q, str):
+        raise SearchError("q must be a string")
+    try:
+        return parse_query(q, fields, search)
+    except FilterError as exc:
+        raise SearchError(f"q: {exc}") from None
+
+
+def _int_param(raw: object, name: str, lo: int, hi: int | None) -> int:
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit()) or len(text) > 9:
+            raise SearchError(f"{name} must be an integer")
+        raw = int(text)
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise SearchError(f"{name} must be an integer")
+    if raw < lo or (hi is not None and raw > hi):
+        limit = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise SearchError(f"{name} must be an integer {limit}")
+    return raw
+
+
+def _sorts(
+    raw: list[str], search: Mapping[str, Any], fields: Mapping[str, FieldSpec]
+) -> tuple[SortSpec, ...]:
+    out: list[SortSpec] = []
+    for item in raw:
+        if not isinstance(item, str) or not item.strip():
+            raise SearchError("sort entries must be non-empty strings like offset:desc")
+        name, _, direction = item.strip().partition(":")
+        direction = direction or "desc"
+        if direction not in ("asc", "desc"):
+            raise SearchError(f"sort {item!r}: direction must be asc or desc")
+        desc = direction == "desc"
+        if name == "offset":
+            spec = SortSpec("offset", desc)
+        elif name == "_score":
+            spec = SortSpec("score", desc)
+        else:
+            f = fields.get(name)
+            if f is None:
+                raise SearchError(f"sort {item!r}: unknown search field {name!r}")
+            if not f.sortable and f.name != search.get("primaryTimestampField"):
+                raise SearchError(f"sort {item!r}: field {name!r} is not sortable")
+            spec = SortSpec("field", desc, f)
+        if any(s.label.split(":")[0] == spec.label.split(":")[0] for s in out):
+            raise SearchError(f"sort {item!r}: {name} is given twice")
+        out.append(spec)
+        if spec.kind == "offset":
+            break  # offsets are unique: nothing after them could order anything
+    if not any(s.kind == "offset" for s in out):
+        out.append(SortSpec("offset", True))  # the tie-break (reference behaviour)
+    return tuple(out)
+
+
+def parse_request(
+    raw: Mapping[str, Any], reg: Mapping[str, Any], *, from_query: bool
+) -> SearchRequest:
+    """A search request from a POST body (strict) or from GET parameters (already mapped:
+    `sort` a list, `search_after` the decoded JSON)."""
+    unknown = sorted(set(raw) - BODY_KEYS)
+    if unknown:
+        raise SearchError(f"unknown search request field(s): {', '.join(unknown)}")
+    if "q" not in raw:
+        raise SearchError("q is required")
+    search, fields = search_config(reg)
+    query = compile_q(raw["q"], reg)
+    size = DEFAULT_SIZE if raw.get("size") is None else _int_param(raw["size"], "size", 1, MAX_SIZE)
+    requested = None
+    if raw.get("timeout_ms") is not None:
+        requested = _int_param(raw["timeout_ms"], "timeout_ms", 0, None)
+    timeout = TIMEOUT_CAP_MS if requested is None else min(requested, TIMEOUT_CAP_MS)
+    sort_raw = raw.get("sort")
+    if sort_raw is None:
+        sort_raw = []
+    elif isinstance(sort_raw, str) and not from_query:
+        raise SearchError("sort must be an array of strings")
+    if not isinstance(sort_raw, list):
+        raise SearchError("sort must be an array of strings")
+    if sort_raw:
+        sorts = _sorts(sort_raw, search, fields)
+    elif _scores(query):  # the reference: text queries rank by score, then time, then offset
+        primary = fields.get(str(search.get("primaryTimestampField")))
+        sorts = (
+            SortSpec("score", True),
+            SortSpec("field", True, primary),
+            SortSpec("offset", True),
+        )
+    else:
+        sorts = (SortSpec("offset", True),)
+    after = raw.get("search_after")
+    if after is not None:
+        if not isinstance(after, list):
+            raise SearchError("search_after must be an array (a hit's sort)")
+        if len(after) != len(sorts):
+            raise SearchError(f"search_after must have {len(sorts)} values, one per sort")
+        after = tuple(_after_value(s, v) for s, v in zip(sorts, after, strict=True))
+    return SearchRequest(query, size, sorts, after, timeout, requested)
+
+
+def _scores(p: Predicate) -> bool:
+    from headwater.durable.filter import And, Not, Or, Text
+
+    if isinstance(p, Text):
+        return True
+    if isinstance(p, And | Or):
+        return any(_scores(c) for c in p.children)
+    return isinstance(p, Not) and _scores(p.child)
+
+
+def _after_value(s: SortSpec, v: object) -> Any:
+    """A search_after element as the comparable internal value (offsets as seqs)."""
+    if s.kind == "offset":
+        if not isinstance(v, str):
+            raise SearchError("search_after: the offset value must be an offset string")
+        try:
+            off = decode_offset(v)
+        except OffsetError as exc:
+            raise SearchError(f"search_after: {exc}") from None
+        return off.seq if isinstance(off, Offset) else 0
+    if v is None:
+        return None
+    if s.kind == "score":
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise SearchError("search_after: a _score value must be a number")
+        return float(v)
+    kind = s.field.kind  # type: ignore[union-attr]
+    ok = {
+        "keyword": isinstance(v, str),
+        "bool": isinstance(v, bool),
+        "integer": isinstance(v, int) and not isinstance(v, bool),
+        "date": isinstance(v, int) and not isinstance(v, bool),
+        "float": isinstance(v, int | float) and not isinstance(v, bool),
+    }.get(kind, False)
+    if not ok or (isinstance(v, float) and not math.isfinite(v)):
+        raise SearchError(f"search_after: a value of the wrong type for {s.label}")
+    return v
+
+
+# --------------------------------------------------------------------------- execution
+def _cmp(a: Any, b: Any) -> int:
+    """Natural order, None after every value."""
+    if a is None and b is None:
+        return 0
+    if a is None:
+        return 1
+    if b is None:
+        return -1
+    return -1 if a < b else (1 if a > b else 0)
+
+
+def compare_keys(sorts: tuple[SortSpec, ...], a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
+    """Hit order: per sort, ascending or descending, a missing value after every value in
+    both directions (then the next sort decides)."""
+    for s, x, y in zip(sorts, a, b, strict=True):
+        if x is None or y is None:
+            c = _cmp(x, y)  # None last whatever the direction
+            if c:
+                return c
+            continue
+        c = _cmp(x, y)
+        if c:
+            return -c if s.desc else c
+    return 0
+
+
+@dataclass(slots=True)
+class _Hit:
+    key: tuple[Any, ...]
+    doc: Doc
+    score: float
+
+
+def hit_fields(fields: Mapping[str, FieldSpec], doc: Doc) -> dict[str, Any]:
+    """The declared search fields' raw values in the entry (one value: itself; several: an
+    array), as the reference's hit `fields`."""
+    from headwater.durable.filter import MISSING, _flatten, json_pointer_get
+
+    out: dict[str, Any] = {}
+    for name, spec in fields.items():
+        if spec.name != name:
+            continue  # an alias
+        pointer = spec.pointer_for(doc.version)
+        if pointer is None:
+            continue
+        raw = json_pointer_get(doc.value, pointer)
+        if raw is MISSING:
+            continue
+        values = list(_flatten(raw))
+        if values:
+            out[name] = values[0] if len(values) == 1 else values
+    return out
+
+
+def _sort_key(sorts: tuple[SortSpec, ...], doc: Doc, score: float) -> tuple[Any, ...]:
+    key: list[Any] = []
+    for s in sorts:
+        if s.kind == "offset":
+            key.append(doc.rec.seq)
+        elif s.kind == "score":
+            key.append(score)
+        else:
+            values = s.field.values(doc.value, doc.version)  # type: ignore[union-attr]
+            key.append(values[0] if values else None)
+    return tuple(key)
+
+
+async def run_search(
+    streams: DurableStreams,
+    name: str,
+    head: Head,
+    reg: Mapping[str, Any],
+    req: SearchRequest,
+) -> tuple[int, dict[str, Any]]:
+    """(status, body): 200, or 408 with the partial result when the deadline passed."""
+    deadline = Deadline(req.timeout_ms)
+    cov = Coverage(head, await streams.segments(head))
+    _, fields = search_config(reg)
+    promote = streams.promoter(dict(reg))
+    sorts = req.sorts
+    after = req.search_after
+    hits: list[_Hit] = []
+    matched = 0
+    stopped_early = False
+    offset_only = len(sorts) == 1
+    order: Literal["asc", "desc"] = "desc" if sorts[0].desc or not offset_only else "asc"
+    lo, hi = 0, head.head_seq
+    if offset_only and after is not None:
+        if sorts[0].desc:
+            hi = min(hi, after[0] - 1)
+        else:
+            lo = max(lo, after[0])
+
+    def order_of(x: _Hit, y: _Hit) -> int:
+        return compare_keys(sorts, x.key, y.key)
+
+    cmp = functools.cmp_to_key(order_of)
+    async for doc in scan(streams, cov, deadline, reg, lo, hi, order):
+        ok, score = req.query.evaluate(doc.value, version=doc.version)
+        if not ok:
+            continue
+        key = _sort_key(sorts, doc, score)
+        if after is not None and not offset_only and compare_keys(sorts, key, after) <= 0:
+            continue
+        matched += 1
+        hits.append(_Hit(key, doc, score))
+        if offset_only:
+            if len(hits) > req.size:  # one past the page: there is a next page
+                stopped_early = True
+                break
+        elif len(hits) >= 4 * (req.size + 1):
+            hits.sort(key=cmp)
+            del hits[req.size + 1 :]
+    hits.sort(key=cmp)
+    more = len(hits) > req.size
+    page = hits[: req.size]
+    exact = not cov.timed_out and not stopped_early
+    body = {
+        "stream": name,
+        "snapshot_end_offset": encode_offset(head.epoch, head.head_seq),
+        "took_ms": deadline.took_ms(),
+        "timed_out": cov.timed_out,
+        "timeout_ms": req.timeout_ms,
+        "coverage": {
+            **cov.common(),
+            "indexed_segments": cov.indexed_segments,
+            "indexed_segment_time_ms": 0,
+            "fts_section_get_ms": 0,
+            "fts_decode_ms": 0,
+            "fts_clause_estimate_ms": 0,
+            "scanned_segments": len(cov.scanned_segments),
+            "scanned_segment_time_ms": round(cov.scanned_segment_time_ms),
+            "scanned_tail_docs": cov.scanned_tail_docs,
+            "scanned_tail_time_ms": round(cov.scanned_tail_time_ms),
+            "exact_candidate_time_ms": 0,
+            "index_families_used": sorted(cov.index_families_used),
+        },
+        "total": {"value": matched, "relation": "eq" if exact else "gte"},
+        "hits": [_hit_body(head, sorts, fields, promote, h) for h in page],
+        "next_search_after": (
+            _sort_body(head, sorts, page[-1].key) if page and (more or cov.timed_out) else None
+        ),
+    }
+    return (408 if cov.timed_out else 200), body
+
+
+def _sort_body(head: Head, sorts: tuple[SortSpec, ...], key: tuple[Any, ...]) -> list[Any]:
+    return [
+        encode_offset(head.epoch, v) if s.kind == "offset" else v
+        for s, v in zip(sorts, key, strict=True)
+    ]
+
+
+def _hit_body(
+    head: Head,
+    sorts: tuple[SortSpec, ...],
+    fields: Mapping[str, FieldSpec],
+    promote: Callable[[StoredRecord], bytes] | None,
+    h: _Hit,
+) -> dict[str, Any]:
+    source = jsoncodec.loads(promote(h.doc.rec)) if promote else h.doc.value
+    return {
+        "offset": encode_offset(head.epoch, h.doc.rec.seq),
+        "score": h.score,
+        "sort": _sort_body(head, sorts, h.key),
+        "fields": hit_fields(fields, h.doc),
+        "source": source,
+    }
+
+
+def search_headers(body: Mapping[str, Any]) -> dict[str, str]:
+    cov = body["coverage"]
+
+    def b(v: object) -> str:
+        return "true" if v else "false"
+
+    return {
+        "search-timed-out": b(body["timed_out"]),
+        "search-timeout-ms": str(body["timeout_ms"]),
+        "search-took-ms": str(body["took_ms"]),
+        "search-total-relation": body["total"]["relation"],
+        "search-coverage-complete": b(cov["complete"]),
+        "search-indexed-segments": str(cov["indexed_segments"]),
+        "search-indexed-segment-time-ms": str(cov["indexed_segment_time_ms"]),
+        "search-fts-section-get-ms": str(cov["fts_section_get_ms"]),
+        "search-fts-decode-ms": str(cov["fts_decode_ms"]),
+        "search-fts-clause-estimate-ms": str(cov["fts_clause_estimate_ms"]),
+        "search-scanned-segments": str(cov["scanned_segments"]),
+        "search-scanned-segment-time-ms": str(cov["scanned_segment_time_ms"]),
+        "search-scanned-tail-docs": str(cov["scanned_tail_docs"]),
+        "search-scanned-tail-time-ms": str(cov["scanned_tail_time_ms"]),
+        "search-exact-candidate-time-ms": str(cov["exact_candidate_time_ms"]),
+        "search-index-families-used": ",".join(cov["index_families_used"]),
+        "Cache-Control": "no-store",
+    }

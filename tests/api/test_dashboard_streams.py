@@ -369,13 +369,14 @@ def test_last_event_id_replays_the_matching_items_after_it(dc: TestClient) -> No
     "last_id",
     [
         "evt_abc123",
-        f"evt_{uuid.uuid4()}",
+        "evt_b3a3e584-469b-4ff5-946d-06079829fd39",  # a v4 uuid: not one of ours
         "garbage",
         "evt_",
         "evt_" + "f" * 200,
         event_id(topic_check("other"), 1, 1),  # an id of another topic
         event_id(topic_check("sentiment"), 7, 1),  # another incarnation of the topic
     ],
+    ids=["short", "foreign-uuid", "garbage", "bare-prefix", "long", "other-topic", "old-topic"],
 )
 def test_unknown_last_event_id_starts_from_the_current_state(dc: TestClient, last_id: str) -> None:
     post_items(dc, [item("AAPL", source="old1"), item("AAPL", source="old2")])

@@ -15,10 +15,10 @@ from tests.e2e.conftest import ServerProcess
 pytestmark = pytest.mark.e2e
 
 PRODUCERS = 8
-APPENDS_PER_PRODUCER = 500
+APPENDS_PER_PRODUCER = 250
 # Each idempotent append is sent twice (to both servers): fewer of them keep the run short;
 # lost-response retries under injected faults are covered by tests/e2e/test_faults.py.
-IDEMPOTENT_APPENDS_PER_PRODUCER = 200
+IDEMPOTENT_APPENDS_PER_PRODUCER = 120
 TOPIC = "shared-log"
 
 

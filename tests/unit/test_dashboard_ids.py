@@ -68,10 +68,11 @@ def test_wrong_version_or_variant_is_unknown() -> None:
         "evt_",
         "evt_abc123",
         "abc",
-        f"evt_{uuid.uuid4()}",
-        f"evt_{uuid.uuid1()}",
-        str(uuid.uuid4()),
-        "EVT_" + str(uuid.uuid4()),
+        # fixed values (stable test ids): a v4 and a v1 uuid, a bare v4, the prefix in caps
+        "evt_9e0f65e3-45c8-40e7-b33e-6b11ab0c0cfc",
+        "evt_6a1f2cac-e902-11f1-94e3-02fc00000001",
+        "8293400c-e786-4e86-afdf-20ee53b6d6cd",
+        "EVT_c4ebd906-a48f-4674-94f1-eebbcecf7d86",
         "evt_" + "0" * 200,
     ],
 )

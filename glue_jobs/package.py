@@ -1,5 +1,5 @@
-"""Build the --extra-py-files zip of the rollup Glue job (the `headwater` package and the job's
-`rollup` package) and optionally upload it where template.yaml points the job:
+"""Build the --extra-py-files zip of the Glue jobs (the `headwater` package and the jobs'
+`rollup` and `indexer` packages) and optionally upload it where template.yaml points the job:
 s3://<DataBucket>/glue/headwater-rollup.zip.
 
     .venv/bin/python glue_jobs/package.py                      # build only
@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {
     "headwater": REPO / "layers" / "headwater" / "headwater",
     "rollup": REPO / "glue_jobs" / "rollup",
+    "indexer": REPO / "glue_jobs" / "indexer",
 }
 DEFAULT_OUT = REPO / "glue_jobs" / "dist" / "headwater-rollup.zip"
 S3_KEY = "glue/headwater-rollup.zip"

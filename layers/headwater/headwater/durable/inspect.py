@@ -22,6 +22,7 @@ from headwater.durable.offsets import encode_offset
 from headwater.durable.search import Coverage, Deadline, SearchError, monotonic, scan
 from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams
 from headwater.durable.state import StreamState, name_of
+from headwater.storage.index_catalogue import Catalogue
 from headwater.storage.ports import Head, SegmentItem
 
 ROUTING_DEFAULT_LIMIT: Final = 100
@@ -117,18 +118,35 @@ def _desired(reg: Mapping[str, Any]) -> dict[str, bool]:
 
 
 def index_status(
-    head: Head, state: StreamState, reg: Mapping[str, Any], segments: list[SegmentItem], now: int
+    head: Head,
+    state: StreamState,
+    reg: Mapping[str, Any],
+    segments: list[SegmentItem],
+    now: int,
+    catalogue: Catalogue | None = None,
+    generation: str | None = None,
 ) -> dict[str, Any]:
-    lag = len(segments)
-    oldest = min((s.created_ms for s in segments), default=None)
+    """`catalogue`: the stream's index catalogue (storage/index_catalogue.py), `generation`:
+    the plan generation its search config asks for. Companions cover the segments through
+    the catalogue's covered_through when its generation is that one; one built for another
+    plan is stale (stale_configuration) and counts as no coverage."""
+    current = catalogue is not None and generation is not None
+    current = current and catalogue.generation == generation  # type: ignore[union-attr]
+    covered_through = catalogue.covered_through if current and catalogue else 0
+    covered = sum(1 for s in segments if s.last_seq <= covered_through)
+    at_rest = str(catalogue.bytes) if current and catalogue else "0"
+    stale = bool(catalogue is not None and generation and not current)
+    uncovered = [s for s in segments if s.last_seq > covered_through]
+    lag = len(uncovered)
+    oldest = min((s.created_ms for s in uncovered), default=None)
     lag_ms = max(0, now - oldest) if oldest is not None else 0
 
     def family() -> dict[str, Any]:
         return {
-            "indexed_segment_count": 0,
+            "indexed_segment_count": covered,
             "lag_segments": lag,
             "lag_ms": lag_ms,
-            "bytes_at_rest": "0",
+            "bytes_at_rest": at_rest,
         }
 
     search = reg.get("search") or {}
@@ -152,16 +170,16 @@ def index_status(
         "routing_key_index": {"configured": bool(reg.get("routingKey")), **family()},
         "routing_key_lexicon": {"configured": bool(reg.get("routingKey")), **family()},
         "exact_indexes": [
-            {"name": n, "stale_configuration": False, **family()} for n in exact_fields
+            {"name": n, "stale_configuration": stale, **family()} for n in exact_fields
         ],
         "bundled_companions": {
             "desired_families": [f for f in FAMILIES if desired[f]],
-            "covered_segment_count": 0,
+            "covered_segment_count": covered,
             "lag_segments": lag if any(desired.values()) else 0,
-            "bytes_at_rest": "0",
+            "bytes_at_rest": at_rest,
         },
         "search_families": [
-            {"family": f, "contiguous_covered_segment_count": 0, **family()}
+            {"family": f, "contiguous_covered_segment_count": covered, **family()}
             for f in FAMILIES
             if desired[f]
         ],
@@ -194,19 +212,23 @@ def details(
     reg: Mapping[str, Any],
     segments: list[SegmentItem],
     now: int,
+    catalogue: Catalogue | None = None,
+    generation: str | None = None,
 ) -> dict[str, Any]:
     seg_bytes = sum(s.bytes for s in segments)
+    status = index_status(head, state, reg, segments, now, catalogue, generation)
+    companions = status["bundled_companions"]
     return {
         "stream": stream_summary(head, state),
         "profile": profiles.resource(state.profile),
         "schema": reg,
-        "index_status": index_status(head, state, reg, segments, now),
+        "index_status": status,
         "storage": {
             "object_storage": {
                 "segments_bytes": str(seg_bytes),
                 "segment_objects": len(segments),
-                "indexes_bytes": "0",
-                "index_objects": 0,
+                "indexes_bytes": companions["bytes_at_rest"],
+                "index_objects": companions["covered_segment_count"],
                 "metadata_objects": 1 if state.registry_key else 0,
             },
             "local_storage": {

@@ -141,3 +141,9 @@ def decode_offset(text: str) -> Offset | StartOfStream:
             f"offset is out of range: the first character must be 0-7, got {text[0]!r}"
         )
     return Offset(n >> 96, (n >> 32) & U64_MAX, n & U32_MAX)
+
+
+def boundary_seq(offset: str) -> int:
+    """The seq a schema registry boundary's offset names (0: the start of the stream)."""
+    off = decode_offset(offset)
+    return off.seq if isinstance(off, Offset) else 0

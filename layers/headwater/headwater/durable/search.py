@@ -24,7 +24,13 @@ from typing import Any, Final, Literal
 from headwater import jsoncodec
 from headwater.durable import schema
 from headwater.durable.filter import FieldSpec, FilterError, Predicate, parse_query
-from headwater.durable.offsets import Offset, OffsetError, decode_offset, encode_offset
+from headwater.durable.offsets import (
+    Offset,
+    OffsetError,
+    boundary_seq,
+    decode_offset,
+    encode_offset,
+)
 from headwater.durable.service import DurableStreams
 from headwater.engine.records import StoredRecord
 from headwater.errors import InvalidRequest
@@ -181,18 +187,13 @@ async def scan(
                 value = jsoncodec.loads(rec.data_raw)
             except ValueError:
                 value = None  # not JSON (a JSON stream never stores one): matches nothing
-            version = schema.version_at(reg, rec.seq, key=_boundary_seq) if reg else 0
+            version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
             cov.note(rec.seq, monotonic() - t0)
             yield Doc(rec, value, version or None)
         if order == "asc":
             lo = nxt
         else:
             hi = start
-
-
-def _boundary_seq(offset: str) -> int:
-    off = decode_offset(offset)
-    return off.seq if isinstance(off, Offset) else 0
 
 
 # --------------------------------------------------------------------------- request

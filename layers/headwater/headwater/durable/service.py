@@ -37,7 +37,13 @@ from headwater.durable.errors import (
     StreamNotFound,
 )
 from headwater.durable.filter import Predicate
-from headwater.durable.offsets import START, Offset, StartOfStream, decode_offset, encode_offset
+from headwater.durable.offsets import (
+    START,
+    Offset,
+    StartOfStream,
+    boundary_seq,
+    encode_offset,
+)
 from headwater.durable.state import Fork, StreamState, name_of, state_of, topic_of
 from headwater.durable.wire import Producer, is_json_type, media_type
 from headwater.engine.log import LogEngine, wall_ms
@@ -632,7 +638,7 @@ class DurableStreams:
             return None
 
         def promote(rec: StoredRecord) -> bytes:
-            version = schema.version_at(reg, rec.seq, key=_boundary_seq)
+            version = schema.version_at(reg, rec.seq, key=boundary_seq)
             if version in (0, current):
                 return rec.data_raw
             try:
@@ -822,7 +828,7 @@ class DurableStreams:
                 if out and (len(out) >= limit or out_bytes + len(rec.data_raw) > max_bytes):
                     return RangeRead(head, out, rec.seq - 1, scanned), False
                 scanned += len(rec.data_raw)
-                version = schema.version_at(reg, rec.seq, key=_boundary_seq) if reg else 0
+                version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
                 if pred.matches(jsoncodec.loads(rec.data_raw), version=version or None):
                     out.append(rec)
                     out_bytes += len(rec.data_raw)
@@ -905,11 +911,6 @@ def _fork_point(req: ForkRequest, src: Head, state: StreamState) -> int:
             "Stream-Fork-Offset is not an offset of the source stream, or is past its end"
         )
     return off.seq
-
-
-def _boundary_seq(offset: str) -> int:
-    off = decode_offset(offset)
-    return off.seq if isinstance(off, Offset) else 0
 
 
 def _key_of(rec: StoredRecord) -> str | None:

@@ -353,3 +353,12 @@ def decode_blocks(data: bytes, base_offset: int, blocks: Sequence[BlockRef]) -> 
         ):
             raise SegmentFormatError(f"block at offset {b.offset} disagrees with its index entry")
     return out
+
+
+COMPANION_SUFFIX = ".cix"
+
+
+def companion_key(segment_key: str) -> str:
+    """The S3 key of a segment's index companion (headwater.index): next to the segment, so
+    whatever deletes a segment deletes its companion with it."""
+    return segment_key + COMPANION_SUFFIX

@@ -34,11 +34,13 @@ from headwater.http.compression import GZipUnlessCompressed
 from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
 from headwater.http.responses import BrowserSafety, TimingMiddleware
+from headwater.index.local import LocalIndexer
 from headwater.notify.schema import NotificationSchema
 from headwater.notify.service import load_notification_schema
 from headwater.services import LazyServices
 from headwater.settings import ENV_API_KEYS, ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.clients import AwsClients
+from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +76,21 @@ def create_app(
         svc = lazy.get()
         svc.routers.ensure_running()
         interval_ms = settings.tiering.interval_ms
-        sealer = (
-            asyncio.get_running_loop().create_task(svc.upkeep.timer(interval_ms / 1000))
-            if interval_ms > 0
-            else None
-        )
+        sealer = indexer = None
+        if interval_ms > 0:
+            loop = asyncio.get_running_loop()
+            sealer = loop.create_task(svc.upkeep.timer(interval_ms / 1000))
+            # the same per-segment index build as the Glue job (headwater/index/local.py)
+            local = LocalIndexer(
+                svc.engine,
+                svc.upkeep.segments,
+                DynamoIndexCatalogue(svc.clients.dynamodb, settings),
+            )
+            indexer = loop.create_task(local.timer(interval_ms / 1000))
         yield
-        if sealer is not None:
-            sealer.cancel()
+        for task in (sealer, indexer):
+            if task is not None:
+                task.cancel()
         built = lazy.built
         if built is not None:
             built.begin_shutdown()

@@ -16,7 +16,9 @@ from headwater.durable import aggregate, inspect, search
 from headwater.durable.wire import WireError, etag_matches, is_json_type, parse_timeout_ms
 from headwater.errors import HeadwaterError, InvalidRequest
 from headwater.http.auth import Principal
+from headwater.index.plan import IndexPlan
 from headwater.services import Services
+from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
 DETAILS_DEFAULT_WAIT_MS = 3000  # §7B: default long-poll wait
 DETAILS_WAIT_CAP_MS = 4000  # inside the 5 s resolver cap
@@ -130,10 +132,16 @@ async def _describe(svc: Services, name: str, sub: str) -> tuple[Any, dict[str, 
     head, state = await streams.lookup(name)
     reg = await streams.registry(name, state.registry_key)
     segments = await streams.segments(head)
+    plan = IndexPlan.from_registry(reg)
+    catalogue = None
+    if plan is not None:
+        cat = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        catalogue = await svc.engine.run_io(cat.get, head.topic, head.epoch)
+    gen = plan.generation if plan is not None else None
     now = streams.clock()
     if sub == "_details":
-        return head, inspect.details(head, state, reg, segments, now)
-    return head, inspect.index_status(head, state, reg, segments, now)
+        return head, inspect.details(head, state, reg, segments, now, catalogue, gen)
+    return head, inspect.index_status(head, state, reg, segments, now, catalogue, gen)
 
 
 def _wait_ms(request: Request) -> int | None:

@@ -57,6 +57,20 @@ class S3BlobStore:
             raise StorageUnavailable(f"blob get failed: {key}") from exc
         return body
 
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key under `prefix`, in key order."""
+        out: list[str] = []
+        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix}
+        while True:
+            try:
+                resp = self._s3.list_objects_v2(**kwargs)
+            except (ClientError, BotoCoreError) as exc:
+                raise StorageUnavailable(f"blob list failed: {prefix}") from exc
+            out.extend(obj["Key"] for obj in resp.get("Contents", []))
+            if not resp.get("IsTruncated"):
+                return out
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+
     def delete_many(self, keys: Sequence[str]) -> None:
         for i in range(0, len(keys), 1000):
             chunk = [{"Key": k} for k in keys[i : i + 1000]]

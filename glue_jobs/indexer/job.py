@@ -1,0 +1,202 @@
+"""Build the /v1 streams' index companions on Spark (Glue 5.0 = Spark 3.5).
+
+The driver reads the server's tables: every live stream whose schema registry has a search
+config or a routing key, its index catalogue (reset when the search config changed: a new
+plan generation) and its sealed segments past the covered prefix (headwater.index.build's
+`prepare`). The builds are mapped over those segments in Spark tasks: each task reads its
+segment from S3, runs the same pure per-segment build the server's upkeep runs
+(`build_segment`) and writes the companion next to the segment. The driver then publishes
+each stream's new coverage with one conditional catalogue write (`commit`).
+
+Idempotent and incremental: a run with nothing new builds nothing; a run that dies before
+publishing leaves objects that the next run rewrites byte for byte; two runs at once build the
+same bytes at the same keys and only one of them publishes each step (the other's conditional
+write fails and it moves on)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger("headwater.indexer")
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    bucket: str
+    resource_prefix: str
+    endpoint_url: str | None = None
+    region: str | None = None
+    job_name: str | None = None
+    max_segments: int = 1000  # per stream per run: the rest waits for the next run
+
+
+def parse_args(argv: Sequence[str]) -> JobArgs:
+    p = argparse.ArgumentParser(prog="indexer", description=__doc__)
+    p.add_argument("--bucket", required=True)
+    p.add_argument("--resource-prefix", required=True)
+    p.add_argument("--endpoint-url", default=None)
+    p.add_argument("--region", default=None)
+    p.add_argument("--max-segments", type=int, default=1000)
+    ns, _unknown = p.parse_known_args(list(argv))  # Glue passes arguments of its own
+    job_name = None
+    if "--JOB_NAME" in argv:
+        job_name = list(argv)[list(argv).index("--JOB_NAME") + 1]
+    return JobArgs(
+        bucket=ns.bucket,
+        resource_prefix=ns.resource_prefix,
+        endpoint_url=ns.endpoint_url or None,
+        region=ns.region or None,
+        job_name=job_name,
+        max_segments=max(1, ns.max_segments),
+    )
+
+
+def _clients(args: JobArgs) -> tuple[Any, Any]:
+    import boto3
+
+    from rollup.job import _region
+
+    region = _region(args.region)
+    return (
+        boto3.client("dynamodb", endpoint_url=args.endpoint_url, region_name=region),
+        boto3.client("s3", endpoint_url=args.endpoint_url, region_name=region),
+    )
+
+
+@dataclass(frozen=True)
+class Task:
+    """One segment to build: where it is, the seqs deleted since it was sealed, and the
+    registry (canonical JSON) its stream's plan comes from."""
+
+    topic: str
+    epoch: int
+    segment_key: str
+    last_seq: int
+    deleted: tuple[int, ...]
+    registry_json: str
+
+
+def build_tasks(
+    tasks: Iterator[Task], bucket: str, endpoint_url: str | None, region: str | None
+) -> Iterator[tuple[str, int, int, int]]:
+    """A Spark partition's builds: (topic, epoch, segment last seq, companion bytes)."""
+    from headwater.engine.segment import companion_key
+    from headwater.index.build import build_segment
+    from headwater.index.plan import IndexPlan
+
+    _ddb, s3 = _clients(JobArgs(bucket, "", endpoint_url, region))
+    plans: dict[str, tuple[IndexPlan, dict[str, Any]]] = {}
+    for t in tasks:
+        if t.registry_json not in plans:
+            reg = json.loads(t.registry_json)
+            plan = IndexPlan.from_registry(reg)
+            assert plan is not None  # the driver only sends streams that have one
+            plans[t.registry_json] = (plan, reg)
+        plan, reg = plans[t.registry_json]
+        blob = s3.get_object(Bucket=bucket, Key=t.segment_key)["Body"].read()
+        body = build_segment(plan, reg, blob, t.deleted)
+        s3.put_object(Bucket=bucket, Key=companion_key(t.segment_key), Body=body)
+        yield (t.topic, t.epoch, t.last_seq, len(body))
+
+
+def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
+    """One run over every live stream: what it built and published, per stream."""
+    from headwater.durable.state import state_of
+    from headwater.index.build import Pending, commit, prepare
+    from headwater.settings import Settings
+    from headwater.storage.dynamo import DynamoHeadStore
+    from headwater.storage.index_catalogue import DynamoIndexCatalogue
+    from headwater.storage.segments import DynamoSegmentStore
+
+    ddb, s3 = _clients(args)
+    settings = Settings(resource_prefix=args.resource_prefix)
+    heads = DynamoHeadStore(ddb, settings)
+    segments = DynamoSegmentStore(ddb, settings)
+    catalogue = DynamoIndexCatalogue(ddb, settings)
+    now = int(time.time() * 1000)
+
+    pending: dict[tuple[str, int], Pending] = {}
+    tasks: list[Task] = []
+    summary: dict[str, Any] = {"streams": {}, "built": 0, "bytes": 0}
+    after: str | None = None
+    while True:
+        page = heads.list_live("", after, 100)
+        for head in page:
+            state = state_of(head)
+            if state is None or not state.registry_key or not head.sealed_through:
+                continue
+            raw = s3.get_object(Bucket=args.bucket, Key=state.registry_key)["Body"].read()
+            reg = json.loads(raw)
+            work = prepare(
+                head,
+                reg,
+                segments=segments,
+                catalogue=catalogue,
+                now_ms=now,
+                max_segments=args.max_segments,
+            )
+            if not isinstance(work, Pending) or not work.todo:
+                continue
+            pending[(head.topic, head.epoch)] = work
+            canonical = json.dumps(reg, sort_keys=True, separators=(",", ":"))
+            tasks.extend(
+                Task(head.topic, head.epoch, s.key, s.last_seq, tuple(sorted(s.deleted)), canonical)
+                for s in work.todo
+            )
+        if len(page) < 100:
+            break
+        after = page[-1].topic
+
+    built: list[tuple[str, int, int, int]] = []
+    if tasks:
+        bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
+        slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
+        built = (
+            spark.sparkContext.parallelize(tasks, slices)
+            .mapPartitions(lambda part: build_tasks(part, bucket, endpoint, region))
+            .collect()
+        )
+    sizes: dict[tuple[str, int], dict[int, int]] = {}
+    for topic, epoch, last_seq, size in built:
+        sizes.setdefault((topic, epoch), {})[last_seq] = size
+    for (topic, epoch), work in sorted(pending.items()):
+        got = sizes.get((topic, epoch), {})
+        # publish the contiguous prefix that was built (all of it, unless a task failed)
+        done: list[int] = []
+        for seg in work.todo:
+            if seg.last_seq not in got:
+                break
+            done.append(got[seg.last_seq])
+        progress = commit(work, done, catalogue=catalogue, now_ms=int(time.time() * 1000))
+        summary["streams"][topic] = {
+            "built": progress.built,
+            "covered_through": progress.covered_through,
+            "segments": progress.segments,
+            "lost_race": progress.lost_race,
+            "reset": progress.reset,
+        }
+        summary["built"] += progress.built
+        summary["bytes"] += progress.bytes
+    log.info("indexed %d segments of %d streams", summary["built"], len(pending))
+    return summary
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from rollup.spark import GlueRun, session
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    spark = spark or session()
+    glue = GlueRun(spark, args.job_name)
+    print(json.dumps(run(spark, args), sort_keys=True))
+    glue.commit()
+    return 0

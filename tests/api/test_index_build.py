@@ -1,0 +1,176 @@
+"""The incremental indexer (index/build.py) over a real stream's sealed segments: it builds one
+companion per segment next to it, oldest first, publishes coverage in the catalogue, writes
+exactly what the pure per-segment build gives, resumes where it stopped, lets two passes race
+harmlessly, resets coverage when the search config changes, and eviction deletes companions
+with their segments."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from api_helpers import MakeClient
+from starlette.testclient import TestClient
+from test_v1_search import EAGER, JSON, docs, make_stream, services, url
+
+from headwater.durable.state import state_of, topic_of
+from headwater.engine.segment import companion_key
+from headwater.index.build import build_segment, index_stream
+from headwater.index.companion import Companion
+from headwater.index.plan import IndexPlan
+from headwater.settings import Settings
+from headwater.storage.clients import AwsClients
+from headwater.storage.index_catalogue import DynamoIndexCatalogue
+from headwater.storage.ports import Head, SegmentItem
+
+pytestmark = pytest.mark.api
+
+
+def _head_and_registry(c: TestClient, name: str) -> tuple[Head, dict[str, Any]]:
+    svc = services(c)
+    head = svc.engine.heads.get(topic_of(name))
+    assert head is not None
+    state = state_of(head)
+    assert state is not None
+    reg = c.portal.call(svc.streams.registry, name, state.registry_key)  # type: ignore[union-attr]
+    return head, dict(reg)
+
+
+def _segments(c: TestClient, head: Head) -> list[SegmentItem]:
+    return services(c).upkeep.segments.after(head, 0, 1000)
+
+
+def _pass(
+    c: TestClient, aws: AwsClients, settings: Settings, name: str, **kw: Any
+) -> Any:
+    head, reg = _head_and_registry(c, name)
+    svc = services(c)
+    return index_stream(
+        head,
+        reg,
+        segments=svc.upkeep.segments,
+        blobs=svc.engine.blobs,
+        catalogue=DynamoIndexCatalogue(aws.dynamodb, settings),
+        now_ms=1,
+        **kw,
+    )
+
+
+def test_builds_each_sealed_segment_once_in_order_and_publishes_coverage(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    # GIVEN a searchable stream whose first 100 entries are sealed in several segments
+    c = make_client(tiering=EAGER)
+    make_stream(c, "ix", docs(130)[:100])
+    services(c).upkeep.run(topic_of("ix"))
+    head, reg = _head_and_registry(c, "ix")
+    segs = _segments(c, head)
+    assert len(segs) >= 3
+    # WHEN one pass may build only two segments
+    first = _pass(c, aws, settings, "ix", max_segments=2)
+    # THEN it built the two oldest and published them, and nothing else
+    assert first.built == 2 and first.reset and not first.lost_race
+    cat = DynamoIndexCatalogue(aws.dynamodb, settings)
+    got = cat.get(head.topic, head.epoch)
+    assert got is not None and got.covered_through == segs[1].last_seq and got.segments == 2
+    assert got.generation == IndexPlan.from_registry(reg).generation  # type: ignore[union-attr]
+    # ...and the next pass resumes after them and covers the rest
+    rest = _pass(c, aws, settings, "ix")
+    assert rest.built == len(segs) - 2 and not rest.reset
+    got = cat.get(head.topic, head.epoch)
+    assert got is not None and got.covered_through == segs[-1].last_seq
+    assert got.segments == len(segs)
+    # ...each object is exactly the pure build of its segment, next to the segment
+    plan = IndexPlan.from_registry(reg)
+    assert plan is not None
+    total = 0
+    for seg in segs:
+        body = aws.s3.get_object(Bucket=settings.bucket_name, Key=companion_key(seg.key))[
+            "Body"
+        ].read()
+        blob = aws.s3.get_object(Bucket=settings.bucket_name, Key=seg.key)["Body"].read()
+        assert body == build_segment(plan, reg, blob, seg.deleted)
+        comp = Companion.from_bytes(body)
+        assert comp.seqs() == list(range(seg.first_seq, seg.last_seq + 1))
+        total += len(body)
+    assert got.bytes == total
+    # ...and a pass with nothing new builds nothing
+    assert _pass(c, aws, settings, "ix").built == 0
+
+
+def test_two_racing_passes_publish_once_and_a_config_change_resets_coverage(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    c = make_client(tiering=EAGER)
+    make_stream(c, "ixr", docs(60))
+    services(c).upkeep.run(topic_of("ixr"))
+    head, reg = _head_and_registry(c, "ixr")
+    segs = _segments(c, head)
+    cat = DynamoIndexCatalogue(aws.dynamodb, settings)
+    # GIVEN a pass whose publish is overtaken by another pass between its read and its write
+    real_publish = cat.publish
+    raced: list[Any] = []
+
+    def overtaken(topic: str, epoch: int, expected: Any, new: Any) -> bool:
+        if not raced and expected is not None and new.segments > expected.segments:
+            raced.append(_pass(c, aws, settings, "ixr"))  # the other pass wins
+        return real_publish(topic, epoch, expected, new)
+
+    cat.publish = overtaken  # type: ignore[method-assign]
+    svc = services(c)
+    lost = index_stream(
+        head, reg, segments=svc.upkeep.segments, blobs=svc.engine.blobs, catalogue=cat, now_ms=2
+    )
+    # THEN exactly one of them published, and coverage is what one full pass gives
+    assert raced and raced[0].built == len(segs) and not raced[0].lost_race
+    assert lost.lost_race
+    got = DynamoIndexCatalogue(aws.dynamodb, settings).get(head.topic, head.epoch)
+    assert got is not None and got.segments == len(segs)
+    # WHEN the search config changes (a field made exact): a new plan generation
+    new_search = json.loads(json.dumps(reg["search"]))
+    new_search["fields"]["ms"]["exact"] = True
+    r = c.post(url("ixr", "_schema"), content=json.dumps({"search": new_search}), headers=JSON)
+    assert r.status_code == 200, r.text
+    again = _pass(c, aws, settings, "ixr")
+    # THEN coverage restarts under the new generation and every segment is rebuilt
+    assert again.reset and again.built == len(segs)
+    assert again.generation != got.generation
+    head2, reg2 = _head_and_registry(c, "ixr")
+    plan2 = IndexPlan.from_registry(reg2)
+    assert plan2 is not None and plan2.generation == again.generation
+
+
+def test_eviction_deletes_companions_with_their_segments(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    c = make_client(tiering=EAGER)
+    make_stream(c, "ixe", docs(60))
+    services(c).upkeep.run(topic_of("ixe"))
+    head, _reg = _head_and_registry(c, "ixe")
+    assert _pass(c, aws, settings, "ixe").built >= 2
+    segs = _segments(c, head)
+    keys = [companion_key(s.key) for s in segs]
+
+    def exists(key: str) -> bool:
+        resp = aws.s3.list_objects_v2(Bucket=settings.bucket_name, Prefix=key)
+        return any(o["Key"] == key for o in resp.get("Contents", []))
+
+    assert all(exists(k) for k in keys)
+    # WHEN the upkeep drops the segments (the engine's _drop: eviction and collection)
+    upkeep = services(c).upkeep
+    upkeep._drop(head, [_unit(s) for s in segs], _report(head.topic))  # type: ignore[arg-type]
+    # THEN no companion is left behind
+    assert not any(exists(k) for k in keys)
+
+
+def _unit(seg: SegmentItem) -> Any:
+    from headwater.engine.tiering import _Unit
+
+    return _Unit(seg.first_seq, seg.last_seq, seg.count, seg.bytes, seg.max_ts, segment=seg)
+
+
+def _report(topic: str) -> Any:
+    from headwater.engine.tiering import UpkeepReport
+
+    return UpkeepReport(topic)

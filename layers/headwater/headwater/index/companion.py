@@ -1,0 +1,671 @@
+"""One index companion object per sealed segment: a pure builder and a reader.
+
+Format: ``docs/index-format.md``. Families: ``index.plan``.
+
+How the request path is meant to use it (not wired yet):
+
+* Storage: the companion of the segment at S3 key ``K`` is stored at ``companion_key(K)``
+  (``K + ".cix"``). A DynamoDB catalogue item per stream records the plan ``generation`` the
+  companions were built with and the seq through which every sealed segment has a companion
+  (companions are built oldest-first, so coverage is a prefix). A companion whose header
+  ``generation`` differs from ``IndexPlan.from_registry(reg).generation`` is stale: scan that
+  segment. Companions are built from the records a segment read returns (deleted seqs
+  already filtered); a segment whose delete count changed after the build must be rebuilt
+  or scanned, and candidates must still be checked against the segment's deleted seqs.
+* Build: the Glue job and the in-process builder both call
+  ``build_companion(plan, docs_from_records(records, registry))`` on one segment's records
+  and PUT the bytes; the function is pure, so both write byte-identical objects.
+* ``_search`` / ``filter=`` reads: ``Companion.from_bytes(obj).candidates(query)`` gives the
+  doc ordinals that may match (``None``: scan the whole segment); ``seq_of(ordinal)`` maps
+  them to seqs to read. ``narrow(query).exact`` says the set is exactly the matches (the
+  evaluator still runs on the fetched docs for scores and sort keys).
+* ``_routing_keys`` / ``key=`` reads: ``routing_keys()`` and ``docs_with_key(k)``.
+* ``_aggregate`` without ``q``: ``rollup_windows(...)`` returns, in ``run_aggregate``'s
+  ``buckets`` shape, the segment's contribution to the windows that lie entirely inside
+  ``[from, to)``; the caller adds the partial edge windows (``full_span``) by scanning and
+  merges segments. With a ``q`` the rollup cannot be used (scan).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import operator
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+from headwater import jsoncodec
+from headwater.durable import schema
+from headwater.durable.aggregate import Rollup, _Summary, interval_ms
+from headwater.durable.filter import (
+    And,
+    Compare,
+    FieldSpec,
+    Has,
+    Not,
+    Or,
+    Predicate,
+    Prefix,
+    Text,
+    TextTarget,
+    analyze,
+)
+from headwater.durable.offsets import Offset, decode_offset
+from headwater.engine.records import StoredRecord
+from headwater.index.plan import FORMAT_VERSION, IndexPlan, canonical_json, field_fingerprint
+
+MAGIC: Final = b"HWCIX\x00"
+COMPANION_SUFFIX: Final = ".cix"
+_HEADER: Final = struct.Struct("<6sH32sQQIqqHH")  # 80 bytes
+_ENTRY: Final = struct.Struct("<8sQQI")  # 28 bytes per section
+_CRC: Final = struct.Struct("<I")
+_SECTION_ORDER: Final = ("seq", "rk", "exact", "col", "fts", "agg")
+_OPS: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "eq": operator.eq,
+    "gt": operator.gt,
+    "gte": operator.ge,
+    "lt": operator.lt,
+    "lte": operator.le,
+}
+
+
+class CompanionError(ValueError):
+    """Bytes that are not a valid companion object (truncated, corrupt, wrong format)."""
+
+
+class _Undecodable:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNDECODABLE"
+
+
+UNDECODABLE: Final = _Undecodable()
+"""A record whose data is not JSON: it has no field values (like ``search.scan``'s None)."""
+
+
+class SegmentDoc(NamedTuple):
+    """One record of the segment as the builder sees it."""
+
+    seq: int
+    ts_ms: int  # the record's append time
+    routing_key: str | None
+    value: object  # the decoded JSON value, or UNDECODABLE
+    version: int | None  # schema version of the stored value (None/0: newest bindings)
+
+
+def companion_key(segment_key: str) -> str:
+    """The S3 key of a segment's companion: next to the segment."""
+    return segment_key + COMPANION_SUFFIX
+
+
+def _boundary_seq(offset: str) -> int:
+    off = decode_offset(offset)
+    return off.seq if isinstance(off, Offset) else 0
+
+
+def docs_from_records(
+    records: Iterable[StoredRecord], registry: Mapping[str, Any]
+) -> list[SegmentDoc]:
+    """Builder input from stored records, decoded exactly as ``search.scan`` decodes them
+    (value, schema version by boundary) and keyed like ``_routing_keys`` (the record tag)."""
+    out: list[SegmentDoc] = []
+    for rec in records:
+        try:
+            value: object = jsoncodec.loads(rec.data_raw)
+        except ValueError:
+            value = UNDECODABLE
+        version = schema.version_at(registry, rec.seq, key=_boundary_seq) if registry else 0
+        key = None
+        if rec.tag_json is not None:
+            tag = json.loads(rec.tag_json)
+            key = tag if isinstance(tag, str) else None
+        out.append(SegmentDoc(rec.seq, rec.ts, key, value, version or None))
+    return out
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _exact_key(v: Any) -> Any:
+    """Equal numbers get one key (3 and 3.0); Python compares int and float exactly, so a
+    float is replaced by its int only when it is integer-valued."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _rollup_evaluator(registry: Mapping[str, Any], name: str, interval: str) -> Rollup:
+    """``aggregate.Rollup`` for every timestamp (its contribution() is the semantics)."""
+    step = interval_ms(interval)
+    r = Rollup({"rollup": name, "from": 0, "to": step, "interval": interval}, registry)
+    r.from_ms, r.to_ms = -(2**63), 2**63
+    return r
+
+
+def _summary_state(s: _Summary) -> list[Any]:
+    return [s.count, s.sum, s.min, s.max, s.hist]
+
+
+def build_companion(plan: IndexPlan, docs: Iterable[SegmentDoc]) -> bytes:
+    """The companion object of one segment. Pure and deterministic: the same plan and docs
+    (in any order; they are sorted by seq) give byte-identical output."""
+    items = sorted(docs, key=lambda d: d.seq)
+    if not items:
+        raise ValueError("a segment companion needs at least one record")
+    for a, b in itertools.pairwise(items):
+        if a.seq == b.seq:
+            raise ValueError(f"seq {a.seq} appears twice")
+    values = [None if d.value is UNDECODABLE else d.value for d in items]
+    versions = [d.version or None for d in items]
+    sections: dict[str, Any] = {"seq": _seq_runs([d.seq for d in items])}
+    if plan.routing_keys:
+        keys: dict[str, list[int]] = {}
+        for i, d in enumerate(items):
+            if d.routing_key is not None:
+                keys.setdefault(d.routing_key, []).append(i)
+        order = sorted(keys)
+        sections["rk"] = {"keys": order, "docs": [keys[k] for k in order]}
+    if plan.exact:
+        sections["exact"] = {
+            "fields": {s.name: _build_exact(s, values, versions) for s in plan.exact}
+        }
+    if plan.col:
+        sections["col"] = {"fields": {s.name: _build_col(s, values, versions) for s in plan.col}}
+    if plan.fts:
+        sections["fts"] = {"fields": {s.name: _build_fts(s, values, versions) for s in plan.fts}}
+    if plan.rollups:
+        sections["agg"] = {
+            "rollups": {name: _build_rollup(plan, name, values, versions) for name in plan.rollups}
+        }
+    ts = [d.ts_ms for d in items]
+    return _encode(
+        plan.generation_bytes, items[0].seq, items[-1].seq, len(items), min(ts), max(ts), sections
+    )
+
+
+def _seq_runs(seqs: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for s in seqs:
+        if runs and runs[-1][0] + runs[-1][1] == s:
+            runs[-1][1] += 1
+        else:
+            runs.append([s, 1])
+    return runs
+
+
+def _build_exact(
+    spec: FieldSpec, values: list[object], versions: list[int | None]
+) -> dict[str, Any]:
+    postings: dict[Any, list[int]] = {}
+    for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
+        for key in sorted({_exact_key(x) for x in spec.values(doc, v)}):
+            postings.setdefault(key, []).append(i)
+    order = sorted(postings)
+    return {
+        "spec": field_fingerprint(spec, "exact"),
+        "values": order,
+        "docs": [postings[k] for k in order],
+    }
+
+
+def _build_col(spec: FieldSpec, values: list[object], versions: list[int | None]) -> dict[str, Any]:
+    per_doc: list[Any] = []
+    every: list[Any] = []
+    for doc, v in zip(values, versions, strict=True):
+        got = spec.values(doc, v)
+        every.extend(got)
+        per_doc.append(None if not got else got[0] if len(got) == 1 else got)
+    return {
+        "spec": field_fingerprint(spec, "col"),
+        "values": per_doc,
+        "min": min(every) if every else None,
+        "max": max(every) if every else None,
+    }
+
+
+def _build_fts(spec: FieldSpec, values: list[object], versions: list[int | None]) -> dict[str, Any]:
+    postings: dict[str, list[list[int]]] = {}
+    present: list[int] = []
+    for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
+        got = [x for x in spec.values(doc, v) if isinstance(x, str)]
+        if got:
+            present.append(i)
+        for vi, text in enumerate(got):
+            at: dict[str, list[int]] = {}
+            for pos, tok in enumerate(analyze(text)):
+                at.setdefault(tok, []).append(pos)
+            for tok in sorted(at):
+                entry = [i, vi, *at[tok]] if spec.positions else [i, vi]
+                postings.setdefault(tok, []).append(entry)
+    order = sorted(postings)
+    return {
+        "spec": field_fingerprint(spec, "fts"),
+        "docs": present,
+        "terms": order,
+        "postings": [postings[t] for t in order],
+    }
+
+
+def _build_rollup(
+    plan: IndexPlan, name: str, values: list[object], versions: list[int | None]
+) -> dict[str, Any]:
+    cfg = plan.registry["search"]["rollups"][name]
+    intervals: dict[str, Any] = {}
+    dims: list[str] = []
+    kinds: dict[str, str] = {}
+    for interval in sorted(cfg["intervals"]):
+        r = _rollup_evaluator(plan.registry, name, interval)
+        dims = r.dims
+        kinds = {m: spec["kind"] for m, spec in r.measures.items()}
+        windows: dict[int, dict[bytes, tuple[list[Any], dict[str, Any]]]] = {}
+        for doc, v in zip(values, versions, strict=True):
+            got = r.contribution(doc, v)
+            if got is None:
+                continue
+            start, key, measures = got
+            key_list = [key[d] for d in dims]
+            _, states = windows.setdefault(start, {}).setdefault(
+                canonical_json(key_list), (key_list, {})
+            )
+            for m in sorted(measures):
+                c, total, lo, hi, hist = measures[m]
+                if kinds[m] == "count":
+                    states[m] = states.get(m, 0) + int(c)
+                else:
+                    states.setdefault(m, _Summary()).add(c, total, lo, hi, hist)
+        intervals[interval] = {
+            "step": r.step,
+            "windows": [
+                [
+                    start,
+                    [
+                        [key_list, {m: _state_out(s) for m, s in states.items()}]
+                        for _, (key_list, states) in sorted(windows[start].items())
+                    ],
+                ]
+                for start in sorted(windows)
+            ],
+        }
+    return {"dimensions": dims, "measures": kinds, "intervals": intervals}
+
+
+def _state_out(s: int | _Summary) -> Any:
+    return s if isinstance(s, int) else _summary_state(s)
+
+
+def _encode(
+    generation: bytes,
+    first: int,
+    last: int,
+    count: int,
+    min_ts: int,
+    max_ts: int,
+    sections: Mapping[str, Any],
+) -> bytes:
+    names = [n for n in _SECTION_ORDER if n in sections]
+    bodies = [canonical_json(sections[n]) for n in names]
+    table_end = _HEADER.size + _ENTRY.size * len(names) + _CRC.size
+    head = _HEADER.pack(
+        MAGIC, FORMAT_VERSION, generation, first, last, count, min_ts, max_ts, len(names), 0
+    )
+    entries = b""
+    offset = table_end
+    for name, body in zip(names, bodies, strict=True):
+        entries += _ENTRY.pack(name.encode("ascii"), offset, len(body), zlib.crc32(body))
+        offset += len(body)
+    prefix = head + entries
+    return prefix + _CRC.pack(zlib.crc32(prefix)) + b"".join(bodies)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True, slots=True)
+class Narrowing:
+    """Doc ordinals that may match; ``exact``: they are exactly the matching docs."""
+
+    ordinals: frozenset[int]
+    exact: bool
+
+
+def full_span(from_ms: int, to_ms: int, step: int) -> tuple[int, int] | None:
+    """[lo, hi): the union of the `step` windows lying entirely inside [from_ms, to_ms), or
+    None when there is none. Contributions with a timestamp outside it are the edges."""
+    lo = -(-from_ms // step) * step
+    hi = to_ms - to_ms % step
+    return (lo, hi) if lo < hi else None
+
+
+class Companion:
+    """A decoded companion. Sections are parsed lazily, on first use."""
+
+    def __init__(
+        self,
+        generation: str,
+        first_seq: int,
+        last_seq: int,
+        doc_count: int,
+        min_ts: int,
+        max_ts: int,
+        raw_sections: Mapping[str, bytes],
+    ) -> None:
+        self.generation = generation
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+        self.doc_count = doc_count
+        self.min_ts = min_ts
+        self.max_ts = max_ts
+        self._raw = dict(raw_sections)
+        self._parsed: dict[str, Any] = {}
+        self._seqs: list[int] | None = None
+
+    # ------------------------------------------------------------------ decoding
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Companion:
+        """Parse and verify (magic, version, checksums, bounds); raises CompanionError."""
+        data = bytes(data)
+        if len(data) < _HEADER.size + _CRC.size:
+            raise CompanionError("companion object is truncated (shorter than its header)")
+        magic, version, gen, first, last, count, min_ts, max_ts, n, _ = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise CompanionError("not a companion object (bad magic)")
+        if version != FORMAT_VERSION:
+            raise CompanionError(f"unsupported companion format version {version}")
+        table_end = _HEADER.size + _ENTRY.size * n
+        if len(data) < table_end + _CRC.size:
+            raise CompanionError("companion object is truncated (section table)")
+        (crc,) = _CRC.unpack_from(data, table_end)
+        if crc != zlib.crc32(data[:table_end]):
+            raise CompanionError("companion header checksum mismatch (corrupt object)")
+        raw: dict[str, bytes] = {}
+        for i in range(n):
+            name_b, off, length, body_crc = _ENTRY.unpack_from(data, _HEADER.size + i * _ENTRY.size)
+            name = name_b.rstrip(b"\x00").decode("ascii", "replace")
+            if off < table_end + _CRC.size or off + length > len(data):
+                raise CompanionError(f"companion section {name!r} lies outside the object")
+            body = data[off : off + length]
+            if zlib.crc32(body) != body_crc:
+                raise CompanionError(f"companion section {name!r} checksum mismatch (corrupt)")
+            raw[name] = body
+        if "seq" not in raw:
+            raise CompanionError("companion object has no seq section")
+        out = cls(gen.hex(), first, last, count, min_ts, max_ts, raw)
+        seqs = out.seqs()
+        if len(seqs) != count or (seqs and (seqs[0] != first or seqs[-1] != last)):
+            raise CompanionError("companion seq section disagrees with its header")
+        return out
+
+    def _section(self, name: str) -> Any:
+        if name not in self._parsed:
+            raw = self._raw.get(name)
+            if raw is None:
+                self._parsed[name] = None
+            else:
+                try:
+                    value = json.loads(raw)
+                except ValueError as exc:
+                    raise CompanionError(
+                        f"companion section {name!r} is not valid: {exc}"
+                    ) from None
+                if not isinstance(value, dict | list):
+                    raise CompanionError(f"companion section {name!r} has the wrong shape")
+                self._parsed[name] = value
+        return self._parsed[name]
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(n for n in _SECTION_ORDER if n in self._raw and n != "seq")
+
+    def seqs(self) -> list[int]:
+        """The seq of every doc ordinal, ascending."""
+        if self._seqs is None:
+            runs = self._section("seq")
+            try:
+                self._seqs = [s + k for s, n in runs for k in range(n)]
+            except (TypeError, ValueError):
+                raise CompanionError("companion seq section has the wrong shape") from None
+        return self._seqs
+
+    def seq_of(self, ordinal: int) -> int:
+        return self.seqs()[ordinal]
+
+    # ------------------------------------------------------------------ routing keys
+    def routing_keys(self) -> list[str]:
+        """The segment's distinct routing keys, sorted; [] without the rk family."""
+        rk = self._section("rk")
+        return list(rk["keys"]) if rk else []
+
+    def docs_with_key(self, key: str) -> list[int]:
+        """Ordinals of the docs whose routing key is `key` (ascending)."""
+        rk = self._section("rk")
+        if not rk:
+            return []
+        i = bisect.bisect_left(rk["keys"], key)
+        if i < len(rk["keys"]) and rk["keys"][i] == key:
+            return list(rk["docs"][i])
+        return []
+
+    # ------------------------------------------------------------------ queries
+    def candidates(self, query: Predicate) -> set[int] | None:
+        """Doc ordinals that may match `query` (never missing a match), or None when this
+        companion cannot narrow it (scan the segment)."""
+        got = self.narrow(query)
+        return None if got is None else set(got.ordinals)
+
+    def narrow(self, query: Predicate) -> Narrowing | None:
+        """Like ``candidates``, also telling whether the set is exact."""
+        return self._narrow(query)
+
+    def _all(self) -> frozenset[int]:
+        return frozenset(range(self.doc_count))
+
+    def _field(self, family: str, spec: FieldSpec) -> Any:
+        sec = self._section(family)
+        if not sec:
+            return None
+        entry = sec["fields"].get(spec.name)
+        if entry is None or entry["spec"] != json.loads(
+            canonical_json(field_fingerprint(spec, family))
+        ):
+            return None  # not indexed, or indexed under a different spec
+        return entry
+
+    def _narrow(self, p: Predicate) -> Narrowing | None:
+        if isinstance(p, And):
+            parts = [self._narrow(c) for c in p.children]
+            known = [x for x in parts if x is not None]
+            if not known:
+                return None
+            ords = frozenset.intersection(*(x.ordinals for x in known))
+            return Narrowing(ords, len(known) == len(parts) and all(x.exact for x in known))
+        if isinstance(p, Or):
+            parts = [self._narrow(c) for c in p.children]
+            if any(x is None for x in parts):
+                return None
+            done = [x for x in parts if x is not None]
+            return Narrowing(
+                frozenset().union(*(x.ordinals for x in done)), all(x.exact for x in done)
+            )
+        if isinstance(p, Not):
+            inner = self._narrow(p.child)
+            if inner is None or not inner.exact:
+                return None
+            return Narrowing(self._all() - inner.ordinals, True)
+        got: frozenset[int] | None = None
+        if isinstance(p, Has):
+            got = self._has(p.field)
+        elif isinstance(p, Compare):
+            got = self._compare(p)
+        elif isinstance(p, Prefix):
+            entry = self._field("exact", p.field)
+            if entry is not None:
+                got = self._exact_prefix(entry, p.value)
+        elif isinstance(p, Text):
+            got = self._text(p)
+        return None if got is None else Narrowing(got, True)
+
+    def _has(self, spec: FieldSpec) -> frozenset[int] | None:
+        entry = self._field("exact", spec)
+        if entry is not None:
+            return frozenset(i for docs in entry["docs"] for i in docs)
+        entry = self._field("col", spec)
+        if entry is not None:
+            return frozenset(i for i, v in enumerate(entry["values"]) if v is not None)
+        entry = self._field("fts", spec)
+        if entry is not None:
+            return frozenset(entry["docs"])
+        return None
+
+    def _compare(self, p: Compare) -> frozenset[int] | None:
+        if p.op == "eq":
+            entry = self._field("exact", p.field)
+            if entry is not None:
+                return self._exact_eq(entry, p.value)
+        entry = self._field("col", p.field)
+        if entry is None:
+            return None
+        test = _OPS[p.op]
+        out: list[int] = []
+        for i, v in enumerate(entry["values"]):
+            if v is None:
+                continue
+            vs = v if isinstance(v, list) else (v,)
+            if any(test(x, p.value) for x in vs):
+                out.append(i)
+        return frozenset(out)
+
+    @staticmethod
+    def _exact_eq(entry: Mapping[str, Any], value: Any) -> frozenset[int]:
+        key = _exact_key(value)
+        vals: Sequence[Any] = entry["values"]
+        i = bisect.bisect_left(vals, key)
+        if i < len(vals) and vals[i] == key:
+            return frozenset(entry["docs"][i])
+        return frozenset()
+
+    @staticmethod
+    def _exact_prefix(entry: Mapping[str, Any], prefix: str) -> frozenset[int]:
+        vals: Sequence[Any] = entry["values"]
+        out: set[int] = set()
+        i = bisect.bisect_left(vals, prefix)
+        while i < len(vals) and isinstance(vals[i], str) and vals[i].startswith(prefix):
+            out.update(entry["docs"][i])
+            i += 1
+        return frozenset(out)
+
+    def _text(self, p: Text) -> frozenset[int] | None:
+        out: set[int] = set()
+        for t in p.targets:
+            got = self._text_target(p, t)
+            if got is None:
+                return None
+            out |= got
+        return frozenset(out)
+
+    def _text_target(self, p: Text, t: TextTarget) -> frozenset[int] | None:
+        if t.field.kind == "keyword":
+            entry = self._field("exact", t.field)
+            if entry is None:
+                return None
+            want = t.tokens[0]
+            return self._exact_prefix(entry, want) if p.prefix else self._exact_eq(entry, want)
+        if t.field.kind != "text":
+            return None
+        entry = self._field("fts", t.field)
+        if entry is None:
+            return None
+        phrase = p.phrase and len(t.tokens) > 1
+        if phrase and not entry["spec"].get("positions"):
+            return None
+        last = len(t.tokens) - 1
+        per_token: list[dict[tuple[int, int], set[int]]] = []
+        for i, q in enumerate(t.tokens):
+            units: dict[tuple[int, int], set[int]] = {}
+            for postings in self._terms(entry, q, p.prefix and i == last):
+                for item in postings:
+                    units.setdefault((item[0], item[1]), set()).update(item[2:])
+            per_token.append(units)
+        common = set(per_token[0])
+        for units in per_token[1:]:
+            common &= units.keys()
+        if not phrase:
+            return frozenset(o for o, _ in common)
+        hits: set[int] = set()
+        for unit in common:
+            if any(
+                all(s + i in per_token[i][unit] for i in range(1, len(per_token)))
+                for s in per_token[0][unit]
+            ):
+                hits.add(unit[0])
+        return frozenset(hits)
+
+    @staticmethod
+    def _terms(entry: Mapping[str, Any], q: str, prefix: bool) -> Iterable[list[list[int]]]:
+        terms: Sequence[str] = entry["terms"]
+        i = bisect.bisect_left(terms, q)
+        while i < len(terms) and (terms[i].startswith(q) if prefix else terms[i] == q):
+            yield entry["postings"][i]
+            i += 1
+            if not prefix:
+                break
+
+    # ------------------------------------------------------------------ rollups
+    def rollup_windows(
+        self,
+        rollup: str,
+        interval: str,
+        from_ms: int,
+        to_ms: int,
+        group_by: Sequence[str] = (),
+        measures: Sequence[str] | None = None,
+    ) -> dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]]:
+        """This segment's pre-aggregated windows of `interval` lying entirely inside
+        [from_ms, to_ms), grouped by `group_by` (dimensions of the rollup) with the
+        `measures` (default: all), in ``aggregate.run_aggregate``'s ``buckets`` shape:
+        window start -> group key JSON -> (group key, measure -> int count | _Summary).
+        Valid only for a request without ``q``. Raises KeyError for a rollup/interval the
+        companion does not hold (it was built under another plan)."""
+        agg = self._section("agg")
+        if not agg or rollup not in agg["rollups"]:
+            raise KeyError(f"companion has no rollup {rollup!r}")
+        sec = agg["rollups"][rollup]
+        if interval not in sec["intervals"]:
+            raise KeyError(f"companion has no {interval} windows for rollup {rollup!r}")
+        dims: list[str] = sec["dimensions"]
+        for g in group_by:
+            if g not in dims:
+                raise KeyError(f"{g!r} is not a dimension of rollup {rollup!r}")
+        kinds: Mapping[str, str] = sec["measures"]
+        wanted = sorted(set(kinds if measures is None else measures))
+        for m in wanted:
+            if m not in kinds:
+                raise KeyError(f"unknown measure {m!r} on rollup {rollup!r}")
+        iv = sec["intervals"][interval]
+        step: int = iv["step"]
+        out: dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]] = {}
+        for start, groups in iv["windows"]:
+            if start < from_ms or start + step > to_ms:
+                continue
+            buckets = out.setdefault(start, {})
+            for key_list, states in groups:
+                dims_map = dict(zip(dims, key_list, strict=True))
+                key = {g: dims_map.get(g) for g in group_by}
+                gk = json.dumps(key, sort_keys=True)  # as run_aggregate keys its groups
+                _, acc = buckets.setdefault(gk, (key, {}))
+                for m in wanted:
+                    state = states[m]
+                    if kinds[m] == "count":
+                        prev = acc.get(m, 0)
+                        assert isinstance(prev, int)
+                        acc[m] = prev + int(state)
+                    else:
+                        count, total, lo, hi, hist = state
+                        summary = acc.setdefault(m, _Summary())
+                        assert isinstance(summary, _Summary)
+                        summary.add(count, total, lo, hi, dict(hist) if hist else hist)
+        return out

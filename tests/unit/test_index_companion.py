@@ -1,0 +1,688 @@
+"""Per-segment index companions (headwater.index): over random documents and random q=
+queries, the companion's candidates contain every match found by the existing evaluator
+(and are exactly the matches when every clause is indexed), its rollup windows equal a
+brute-force aggregation with durable/aggregate.py's own semantics, its routing keys equal
+the brute-force set, builds are byte-identical (also across processes with different hash
+seeds), the plan generation moves exactly with the config that shapes the bytes, and
+corrupt objects are refused."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from headwater.durable.aggregate import Rollup, _Summary
+from headwater.durable.filter import FilterError, Has, Predicate, parse_query
+from headwater.durable.offsets import encode_offset
+from headwater.durable.schema import search_fields
+from headwater.engine.records import StoredRecord
+from headwater.index.companion import (
+    UNDECODABLE,
+    Companion,
+    CompanionError,
+    SegmentDoc,
+    build_companion,
+    companion_key,
+    docs_from_records,
+    full_span,
+)
+from headwater.index.plan import IndexPlan
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _f(kind: str, *pointers: str, **flags: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "bindings": [{"version": i + 1, "jsonPointer": p} for i, p in enumerate(pointers)],
+        **flags,
+    }
+
+
+SEARCH: dict[str, Any] = {
+    "primaryTimestampField": "ts",
+    "fields": {
+        # v1 documents keep ts at /ts, v2 at /meta/ts (per-version bindings)
+        "ts": _f("date", "/ts", "/meta/ts", column=True, sortable=True),
+        "svc": _f(
+            "keyword", "/svc", "/service", normalizer="lowercase_v1", exact=True, prefix=True
+        ),
+        "tag": _f("keyword", "/tag", exact=True),
+        "code": _f("integer", "/code", exact=True, column=True),
+        "lat": _f("float", "/lat", column=True, aggregatable=True),
+        "ok": _f("bool", "/ok", exact=True),
+        "msg": _f("text", "/msg", analyzer="unicode_word_v1", positions=True),
+        "body": _f("text", "/body", analyzer="unicode_word_v1"),
+        "note": _f("keyword", "/note", exists=True),  # not indexed by any family
+    },
+    "aliases": {"service": "svc"},
+    "defaultFields": [{"field": "msg"}, {"field": "svc", "boost": 2}],
+    "rollups": {
+        "r1": {
+            "include": "has:svc",
+            "dimensions": ["svc", "tag"],
+            "intervals": ["1s", "5s"],
+            "measures": {
+                "n": {"kind": "count"},
+                "errors": {"kind": "count", "include": "code:>=500"},
+                "lat": {"kind": "summary", "field": "lat"},
+            },
+        },
+        "r2": {
+            "intervals": ["2s"],
+            "measures": {
+                "n": {"kind": "count"},
+                "parts": {
+                    "kind": "summary_parts",
+                    "countJsonPointer": "/p/c",
+                    "sumJsonPointer": "/p/s",
+                    "minJsonPointer": "/p/lo",
+                    "maxJsonPointer": "/p/hi",
+                    "histogramJsonPointer": "/p/h",
+                },
+            },
+        },
+    },
+}
+REG: dict[str, Any] = {
+    "currentVersion": 2,
+    "routingKey": {"jsonPointer": "/user", "required": False},
+    "search": SEARCH,
+}
+FIELDS = search_fields(REG)
+PLAN = IndexPlan.from_registry(REG)
+assert PLAN is not None
+
+WORDS = ["alpha", "beta", "Gamma", "émile", "x1", "日本", "straße", "İstanbul"]
+SVCS = ["api", "API", "apex", "web-1", "Ünï", "a"]
+TAGS = ["a", "B", "c"]
+
+# ---------------------------------------------------------------- documents
+_text = st.lists(st.sampled_from(WORDS), max_size=5).map(
+    lambda ws: ", ".join(ws) if len(ws) % 2 else " ".join(ws)
+)
+_ts = st.one_of(
+    st.integers(-3_000, 12_000),
+    st.integers(0, 12).map(lambda s: f"1970-01-01T00:00:{s:02d}Z"),
+    st.floats(-100.0, 12_000.0),
+    st.just("not a date"),
+)
+_value = st.fixed_dictionaries(
+    {},
+    optional={
+        "ts": _ts,
+        "meta": st.fixed_dictionaries({}, optional={"ts": _ts}),
+        "svc": st.one_of(
+            st.sampled_from(SVCS), st.lists(st.sampled_from(SVCS), max_size=2), st.integers()
+        ),
+        "service": st.sampled_from(SVCS),
+        "tag": st.one_of(st.sampled_from(TAGS), st.lists(st.sampled_from(TAGS), max_size=2)),
+        "code": st.one_of(
+            st.sampled_from([200, 404, 500, 503, "500", 500.0, True, "x", [200, 503]]),
+            st.integers(-5, 5),
+        ),
+        "lat": st.one_of(
+            st.integers(-400, 400).map(lambda k: k / 4),
+            st.integers(-3, 3),
+            st.sampled_from(["2.5", [1, 2], "nan", None]),
+        ),
+        "ok": st.sampled_from([True, False, "true", "FALSE", 1, None]),
+        "msg": st.one_of(_text, st.lists(_text, max_size=2)),
+        "body": _text,
+        "note": st.sampled_from(["n1", "n2"]),
+        "p": st.fixed_dictionaries(
+            {
+                "c": st.integers(1, 5),
+                "s": st.integers(-50, 50),
+                "lo": st.integers(-9, 0),
+                "hi": st.integers(0, 9),
+            },
+            optional={"h": st.just({"1": 2, "8": 1})},
+        ),
+    },
+)
+_doc_value = st.one_of(
+    _value,
+    _value,
+    _value,
+    st.sampled_from([UNDECODABLE, None, 3, "str", [1, 2]]),
+)
+
+
+@st.composite
+def segments(draw: st.DrawFn) -> list[SegmentDoc]:
+    n = draw(st.integers(1, 25))
+    seq = draw(st.integers(1, 1000))
+    out = []
+    for _ in range(n):
+        seq += draw(st.sampled_from([1, 1, 1, 3]))  # seqs may skip inside a segment
+        out.append(
+            SegmentDoc(
+                seq=seq,
+                ts_ms=draw(st.integers(0, 10**6)),
+                routing_key=draw(st.one_of(st.none(), st.sampled_from(["u1", "u2", "ü3", ""]))),
+                value=draw(_doc_value),
+                version=draw(st.sampled_from([None, 1, 2])),
+            )
+        )
+    return out
+
+
+def _match_set(q: Predicate, docs: list[SegmentDoc]) -> set[int]:
+    """The existing evaluator, fed exactly as search.scan feeds it."""
+    return {
+        i
+        for i, d in enumerate(docs)
+        if q.evaluate(None if d.value is UNDECODABLE else d.value, version=d.version or None)[0]
+    }
+
+
+# ---------------------------------------------------------------- queries
+_OPS = ["", ">", ">=", "<", "<=", "="]
+_leaf = st.one_of(
+    st.sampled_from(SVCS[:-1]).map(lambda v: f"svc:{v}"),
+    st.sampled_from(SVCS).map(lambda v: f"service:{v}"),
+    st.sampled_from(["ap", "a", "web", "ü", "API"]).map(lambda p: f"svc:{p}*"),
+    st.sampled_from(TAGS).map(lambda v: f"tag:{v}"),
+    st.tuples(st.sampled_from(_OPS), st.sampled_from(["200", "500", "-1", "503"])).map(
+        lambda t: f"code:{t[0]}{t[1]}"
+    ),
+    st.tuples(st.sampled_from(_OPS), st.sampled_from(["0.5", "-1.25", "3", "1e1"])).map(
+        lambda t: f"lat:{t[0]}{t[1]}"
+    ),
+    st.tuples(st.sampled_from(_OPS), st.sampled_from(["5000", "1970-01-01T00:00:03Z", "-1"])).map(
+        lambda t: f"ts:{t[0]}{t[1]}"
+    ),
+    st.sampled_from(["ok:true", "ok:false"]),
+    st.sampled_from(["svc", "tag", "code", "lat", "ok", "msg", "body", "ts", "note"]).map(
+        lambda f: f"has:{f}"
+    ),
+    st.sampled_from(WORDS).map(lambda w: f"msg:{w}"),
+    st.sampled_from(["al", "gam", "x", "日", "é"]).map(lambda p: f"msg:{p}*"),
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(
+        lambda ab: f'msg:"{ab[0]} {ab[1]}"'
+    ),
+    st.sampled_from(WORDS).map(lambda w: f"body:{w}"),
+    st.sampled_from(WORDS + SVCS[:3]).map(lambda w: w),  # bare term over defaultFields
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda ab: f'"{ab[0]} {ab[1]}"'),
+    st.sampled_from(["al*", "ap*", "straß*"]),
+)
+
+
+def _combine(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    both = st.tuples(children, children)
+    return st.one_of(
+        both.map(lambda ab: f"({ab[0]}) AND ({ab[1]})"),
+        both.map(lambda ab: f"({ab[0]}) OR ({ab[1]})"),
+        both.map(lambda ab: f"({ab[0]}) ({ab[1]})"),
+        children.map(lambda a: f"NOT ({a})"),
+        children.map(lambda a: f"-({a})"),
+    )
+
+
+queries = st.recursive(_leaf, _combine, max_leaves=6)
+
+
+def _parse(text: str) -> Predicate:
+    try:
+        return parse_query(text, FIELDS, SEARCH)
+    except FilterError:
+        assume(False)
+        raise
+
+
+def _fully_indexed(q: Predicate) -> bool:
+    return "has:note" not in str(q)
+
+
+def _rk_plan_companion(docs: list[SegmentDoc]) -> Companion:
+    return Companion.from_bytes(build_companion(PLAN, docs))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- (a) candidates
+@SETTINGS
+@given(segments(), st.lists(queries, min_size=1, max_size=4))
+def test_candidates_contain_every_match_and_are_exact_when_indexed(
+    docs: list[SegmentDoc], texts: list[str]
+) -> None:
+    comp = _rk_plan_companion(docs)
+    assert comp.doc_count == len(docs)
+    assert comp.seqs() == [d.seq for d in docs]
+    for text in texts:
+        q = _parse(text)
+        truth = _match_set(q, docs)
+        got = comp.candidates(q)
+        if _fully_indexed(q):
+            narrowed = comp.narrow(q)
+            assert narrowed is not None, text
+            assert narrowed.exact, text
+            assert got == truth, text
+        elif got is not None:
+            assert truth <= got, text
+
+
+def test_non_indexed_clauses_do_not_narrow_unsafely() -> None:
+    docs = [
+        SegmentDoc(1, 0, None, {"note": "n1", "tag": "a"}, None),
+        SegmentDoc(2, 0, None, {"tag": "a"}, None),
+        SegmentDoc(3, 0, None, {"note": "n2", "tag": "c"}, None),
+    ]
+    comp = _rk_plan_companion(docs)
+    assert comp.candidates(_parse("has:note")) is None
+    assert comp.candidates(_parse("-has:note")) is None  # NOT over a non-indexed clause
+    assert comp.candidates(_parse("has:note OR tag:c")) is None
+    got = comp.narrow(_parse("has:note tag:a"))  # AND: the indexed side narrows
+    assert got is not None and not got.exact and set(got.ordinals) == {0, 1}
+    assert comp.candidates(_parse("-(has:note tag:a)")) is None  # NOT over an inexact set
+
+
+@SETTINGS
+@given(segments(), st.lists(queries, min_size=1, max_size=3))
+def test_companion_built_under_another_spec_never_excludes_a_match(
+    docs: list[SegmentDoc], texts: list[str]
+) -> None:
+    """A stale companion (msg without positions, svc bound elsewhere, no col family on
+    lat) is still safe: clauses on fields whose spec differs are not narrowed."""
+    reg = copy.deepcopy(REG)
+    fields = reg["search"]["fields"]
+    fields["msg"]["positions"] = False
+    fields["svc"]["bindings"][1]["jsonPointer"] = "/other"
+    fields["lat"]["column"] = False
+    stale_plan = IndexPlan.from_registry(reg)
+    assert stale_plan is not None and stale_plan.generation != PLAN.generation  # type: ignore[union-attr]
+    comp = Companion.from_bytes(build_companion(stale_plan, docs))
+    for text in texts:
+        q = _parse(text)
+        got = comp.candidates(q)
+        if got is not None:
+            assert _match_set(q, docs) <= got, text
+
+
+# ---------------------------------------------------------------- (b) rollups
+def _brute(
+    docs: list[SegmentDoc], raw: dict[str, Any]
+) -> dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]]:
+    """run_aggregate's accumulation loop over the docs (no q)."""
+    r = Rollup(raw, REG)
+    buckets: dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for d in docs:
+        value = None if d.value is UNDECODABLE else d.value
+        got = r.contribution(value, d.version or None)
+        if got is None:
+            continue
+        start, dims, measures = got
+        key = {g: dims.get(g) for g in r.group_by}
+        gk = json.dumps(key, sort_keys=True)
+        _, states = buckets.setdefault(start, {}).setdefault(gk, (key, {}))
+        for m in r.wanted:
+            c, total, lo, hi, hist = measures[m]
+            if r.measures[m]["kind"] == "count":
+                states[m] = states.get(m, 0) + int(c)
+            else:
+                states.setdefault(m, _Summary()).add(c, total, lo, hi, hist)
+    return buckets
+
+
+def _plain(buckets: dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]]) -> Any:
+    return {
+        start: {
+            gk: (key, {m: v if isinstance(v, int) else v.body() for m, v in states.items()})
+            for gk, (key, states) in groups.items()
+        }
+        for start, groups in buckets.items()
+    }
+
+
+_rollup_req: st.SearchStrategy[tuple[str, str, list[str], list[str] | None]] = st.one_of(
+    st.tuples(
+        st.just("r1"),
+        st.sampled_from(["1s", "5s"]),
+        st.lists(st.sampled_from(["svc", "tag"]), unique=True, max_size=2),
+        st.one_of(
+            st.none(),
+            st.lists(st.sampled_from(["n", "errors", "lat"]), unique=True, min_size=1),
+        ),
+    ),
+    st.tuples(
+        st.just("r2"),
+        st.just("2s"),
+        st.just([]),
+        st.one_of(st.none(), st.lists(st.sampled_from(["n", "parts"]), unique=True, min_size=1)),
+    ),
+)
+
+
+@SETTINGS
+@given(segments(), _rollup_req, st.integers(-4_000, 13_000), st.integers(1, 16_000))
+def test_rollup_windows_equal_brute_force_aggregation(
+    docs: list[SegmentDoc], req: tuple[str, str, list[str], list[str] | None], lo: int, span: int
+) -> None:
+    name, interval, group_by, measures = req
+    hi = lo + span
+    comp = _rk_plan_companion(docs)
+    got = comp.rollup_windows(name, interval, lo, hi, group_by, measures)
+    raw: dict[str, Any] = {
+        "rollup": name,
+        "from": lo,
+        "to": hi,
+        "interval": interval,
+        "group_by": group_by,
+    }
+    if measures is not None:
+        raw["measures"] = measures
+    want = _brute(docs, raw)
+    step = {"1s": 1000, "2s": 2000, "5s": 5000}[interval]
+    full = full_span(lo, hi, step)
+    want_full = {
+        s: g for s, g in want.items() if full is not None and full[0] <= s and s + step <= full[1]
+    }
+    assert _plain(got) == _plain(want_full)
+    # every window the companion leaves out lies on an edge
+    for s in want:
+        if s not in want_full:
+            assert s < lo or s + step > hi
+
+
+def test_rollup_windows_known_values() -> None:
+    docs = [
+        SegmentDoc(1, 0, None, {"ts": 100, "svc": "API", "tag": "a", "lat": 1.5, "code": 500}, 1),
+        SegmentDoc(2, 0, None, {"ts": 900, "svc": "api", "tag": "c", "lat": 3, "code": 200}, 1),
+        SegmentDoc(3, 0, None, {"meta": {"ts": 1500}, "service": "web-1", "lat": 10}, 2),
+        SegmentDoc(4, 0, None, {"ts": 2500, "svc": "api", "lat": 2}, 1),  # partial window
+    ]
+    comp = _rk_plan_companion(docs)
+    got = _plain(comp.rollup_windows("r1", "1s", 0, 2400, ["svc"], ["errors", "lat", "n"]))
+    assert sorted(got) == [0, 1000]
+    (key, states) = got[0]['{"svc": "api"}']
+    assert key == {"svc": "api"}
+    assert states["n"] == 2 and states["errors"] == 1
+    assert states["lat"]["sum"] == 4.5 and states["lat"]["min"] == 1.5
+    assert states["lat"]["histogram"] == {"1": 1, "2": 1}
+    assert got[1000]['{"svc": "web-1"}'][1]["n"] == 1
+    with pytest.raises(KeyError):
+        comp.rollup_windows("r1", "1m", 0, 1, [], None)
+    with pytest.raises(KeyError):
+        comp.rollup_windows("r1", "1s", 0, 1, ["ok"], None)
+
+
+def test_full_span() -> None:
+    assert full_span(0, 1000, 1000) == (0, 1000)
+    assert full_span(1, 1999, 1000) is None
+    assert full_span(-1500, 2500, 1000) == (-1000, 2000)
+
+
+# ---------------------------------------------------------------- (c) routing keys
+@SETTINGS
+@given(segments())
+def test_routing_keys_equal_brute_force(docs: list[SegmentDoc]) -> None:
+    comp = _rk_plan_companion(docs)
+    keys = {d.routing_key for d in docs if d.routing_key is not None}
+    assert comp.routing_keys() == sorted(keys)
+    for k in [*keys, "absent"]:
+        assert comp.docs_with_key(k) == [i for i, d in enumerate(docs) if d.routing_key == k]
+
+
+def test_no_routing_key_config_means_no_rk_section() -> None:
+    reg = copy.deepcopy(REG)
+    del reg["routingKey"]
+    plan = IndexPlan.from_registry(reg)
+    assert plan is not None
+    comp = Companion.from_bytes(build_companion(plan, [SegmentDoc(1, 0, "k", {}, None)]))
+    assert "rk" not in comp.families and comp.routing_keys() == []
+    assert IndexPlan.from_registry({"currentVersion": 0}) is None
+
+
+# ---------------------------------------------------------------- (d) determinism
+@SETTINGS
+@given(segments(), st.randoms(use_true_random=False))
+def test_build_is_deterministic_and_order_independent(
+    docs: list[SegmentDoc], rnd: random.Random
+) -> None:
+    once = build_companion(PLAN, docs)  # type: ignore[arg-type]
+    assert build_companion(PLAN, list(docs)) == once  # type: ignore[arg-type]
+    shuffled = list(docs)
+    rnd.shuffle(shuffled)
+    assert build_companion(PLAN, shuffled) == once  # type: ignore[arg-type]
+    assert build_companion(PLAN, sorted(shuffled, key=lambda d: d.seq)) == once  # type: ignore[arg-type]
+    # a dict built in another key order is the same document
+    reordered = [
+        d._replace(value=dict(reversed(list(d.value.items())))) if isinstance(d.value, dict) else d
+        for d in docs
+    ]
+    assert build_companion(PLAN, reordered) == once  # type: ignore[arg-type]
+
+
+_SUBPROCESS = """
+import json, sys
+from headwater.index.companion import SegmentDoc, build_companion, UNDECODABLE
+from headwater.index.plan import IndexPlan
+reg, docs = json.load(sys.stdin)
+plan = IndexPlan.from_registry(reg)
+docs = [SegmentDoc(s, t, k, UNDECODABLE if u else v, ver) for s, t, k, v, u, ver in docs]
+sys.stdout.write(build_companion(plan, docs).hex())
+"""
+
+
+def _fixed_docs() -> list[SegmentDoc]:
+    rnd = random.Random(7)
+    out = []
+    for i in range(300):
+        value: Any = {
+            "ts": rnd.randrange(0, 20_000),
+            "svc": rnd.choice(SVCS),
+            "tag": rnd.sample(TAGS, rnd.randrange(0, 3)),
+            "code": rnd.choice([200, 500, 503, "404"]),
+            "lat": rnd.randrange(-40, 40) / 8,
+            "msg": " ".join(rnd.choices(WORDS, k=rnd.randrange(0, 6))),
+            "p": {"c": 2, "s": 3, "lo": 1, "hi": 2},
+        }
+        out.append(
+            SegmentDoc(
+                10 + i,
+                i,
+                rnd.choice([None, "u1", "ü2"]),
+                UNDECODABLE if i % 37 == 0 else value,
+                rnd.choice([None, 1, 2]),
+            )
+        )
+    return out
+
+
+def test_other_processes_write_identical_bytes() -> None:
+    """Stands in for the Glue job: fresh interpreters with different string-hash seeds
+    (set/dict iteration orders differ) build the same segment to the same bytes."""
+    docs = _fixed_docs()
+    local = build_companion(PLAN, docs)  # type: ignore[arg-type]
+    payload = json.dumps(
+        [
+            REG,
+            [
+                [
+                    d.seq,
+                    d.ts_ms,
+                    d.routing_key,
+                    None if d.value is UNDECODABLE else d.value,
+                    d.value is UNDECODABLE,
+                    d.version,
+                ]
+                for d in docs
+            ],
+        ]
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{root / 'layers' / 'headwater'}{os.pathsep}{root}"
+    for seed in ("1", "2"):
+        env["PYTHONHASHSEED"] = seed
+        out = subprocess.run(
+            [sys.executable, "-c", _SUBPROCESS],
+            input=payload,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=120,
+        )
+        assert bytes.fromhex(out.stdout) == local
+
+
+# ---------------------------------------------------------------- (e) generation
+def _gen(mutate: Any) -> str:
+    reg = copy.deepcopy(REG)
+    mutate(reg)
+    plan = IndexPlan.from_registry(reg)
+    assert plan is not None
+    return plan.generation
+
+
+def _set(path: str, value: Any) -> Any:
+    def go(reg: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = reg
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if value is KeyError:
+            del node[last]
+        elif isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return go
+
+
+F = "search.fields"
+R1 = "search.rollups.r1"
+RELEVANT = {
+    "exact field pointer": _set(f"{F}.tag.bindings.0.jsonPointer", "/tag2"),
+    "exact field new binding": _set(
+        f"{F}.tag.bindings",
+        [{"version": 1, "jsonPointer": "/tag"}, {"version": 2, "jsonPointer": "/t"}],
+    ),
+    "normalizer": _set(f"{F}.tag.normalizer", "lowercase_v1"),
+    "exact off": _set(f"{F}.ok.exact", False),
+    "column on": _set(f"{F}.ok.column", True),
+    "positions": _set(f"{F}.msg.positions", False),
+    "new text field": _set(f"{F}.t2", _f("text", "/t2", analyzer="unicode_word_v1")),
+    "prefix makes keyword exact-indexed": _set(f"{F}.note.prefix", True),
+    "routingKey removed": _set("routingKey", None),
+    "interval added": _set(f"{R1}.intervals", ["1s", "5s", "1m"]),
+    "include changed": _set(f"{R1}.include", "has:tag"),
+    "measure include": _set(f"{R1}.measures.n.include", "ok:true"),
+    "dimension dropped": _set(f"{R1}.dimensions", ["svc"]),
+    "dimension order": _set(f"{R1}.dimensions", ["tag", "svc"]),
+    "summary field": _set(f"{R1}.measures.lat.field", "code"),
+    "rollup removed": _set("search.rollups.r2", KeyError),
+    "summary_parts pointer": _set("search.rollups.r2.measures.parts.sumJsonPointer", "/p/x"),
+    "timestamp field binding": _set(f"{F}.ts.bindings.0.jsonPointer", "/time"),
+}
+IRRELEVANT = {
+    "sortable": _set(f"{F}.code.sortable", True),
+    "aggregatable": _set(f"{F}.code.aggregatable", True),
+    "exists": _set(f"{F}.tag.exists", True),
+    "non-indexed field pointer": _set(f"{F}.note.bindings.0.jsonPointer", "/n2"),
+    "new non-indexed field": _set(f"{F}.host", _f("keyword", "/host", exists=True)),
+    "boost": _set("search.defaultFields", [{"field": "msg", "boost": 3}, {"field": "svc"}]),
+    "alias": _set("search.aliases", {"service": "svc", "s": "svc"}),
+    "profile": _set("search.profile", "logs"),
+    "routingKey pointer": _set("routingKey", {"jsonPointer": "/u", "required": True}),
+    "interval order": _set(f"{R1}.intervals", ["5s", "1s"]),
+    "field order": lambda reg: reg["search"].update(
+        fields=dict(reversed(list(reg["search"]["fields"].items())))
+    ),
+    "schema version": _set("currentVersion", 3),
+}
+
+
+@pytest.mark.parametrize("change", sorted(RELEVANT))
+def test_generation_changes_with_relevant_config(change: str) -> None:
+    assert _gen(RELEVANT[change]) != PLAN.generation  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("change", sorted(IRRELEVANT))
+def test_generation_ignores_irrelevant_config(change: str) -> None:
+    assert _gen(IRRELEVANT[change]) == PLAN.generation  # type: ignore[union-attr]
+
+
+def test_generation_is_in_the_header() -> None:
+    comp = _rk_plan_companion([SegmentDoc(5, 1, None, {}, None)])
+    assert comp.generation == PLAN.generation  # type: ignore[union-attr]
+    assert (comp.first_seq, comp.last_seq, comp.doc_count) == (5, 5, 1)
+
+
+# ---------------------------------------------------------------- (f) corrupt objects
+def test_every_single_byte_corruption_is_refused() -> None:
+    docs = _fixed_docs()[:20]
+    good = build_companion(PLAN, docs)  # type: ignore[arg-type]
+    Companion.from_bytes(good)
+    step = max(1, len(good) // 400)
+    for i in range(0, len(good), step):
+        bad = bytearray(good)
+        bad[i] ^= 0x41
+        with pytest.raises(CompanionError):
+            Companion.from_bytes(bytes(bad))
+
+
+@pytest.mark.parametrize(
+    ("mangle", "message"),
+    [
+        (lambda b: b"", "truncated"),
+        (lambda b: b[:50], "truncated"),
+        (lambda b: b[:-1], "outside the object"),
+        (lambda b: b"XXXXXX" + b[6:], "bad magic"),
+        (lambda b: b[:6] + b"\x09\x00" + b[8:], "unsupported companion format version 9"),
+        (lambda b: b[:-3] + b"zzz", "checksum mismatch"),
+    ],
+)
+def test_bad_bytes_raise_clear_errors(mangle: Any, message: str) -> None:
+    good = build_companion(PLAN, _fixed_docs()[:5])  # type: ignore[arg-type]
+    with pytest.raises(CompanionError, match=message):
+        Companion.from_bytes(mangle(good))
+
+
+def test_builder_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        build_companion(PLAN, [])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="twice"):
+        build_companion(PLAN, [SegmentDoc(1, 0, None, {}, None)] * 2)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- glue to stored records
+def test_docs_from_records_decodes_like_the_scan() -> None:
+    reg = copy.deepcopy(REG)
+    reg["boundaries"] = [
+        {"offset": encode_offset(0, 0), "version": 1},
+        {"offset": encode_offset(0, 11), "version": 2},
+    ]
+
+    def rec(seq: int, data: bytes, tag: bytes | None) -> StoredRecord:
+        return StoredRecord(seq, 1000 + seq, data, None, tag, None, len(data))
+
+    docs = docs_from_records(
+        [
+            rec(11, b'{"svc":"API","ts":5}', b'"u1"'),
+            rec(12, b'{"service":"web-1","meta":{"ts":7}}', None),
+            rec(13, b"not json", b"7"),
+        ],
+        reg,
+    )
+    assert [d.version for d in docs] == [1, 2, 2]
+    assert [d.routing_key for d in docs] == ["u1", None, None]
+    assert docs[2].value is UNDECODABLE
+    comp = Companion.from_bytes(build_companion(PLAN, docs))  # type: ignore[arg-type]
+    assert comp.candidates(_parse("svc:api OR svc:web-1")) == {0, 1}
+    assert comp.candidates(_parse("ts:>=6")) == {1}
+    assert comp.candidates(_parse("-has:svc")) == {2}
+    assert (comp.min_ts, comp.max_ts) == (1011, 1013)
+    assert companion_key("streams/x/segments/0001.seg") == "streams/x/segments/0001.seg.cix"
+    assert isinstance(_parse("has:note"), Has)

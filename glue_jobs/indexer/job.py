@@ -62,7 +62,6 @@ def parse_args(argv: Sequence[str]) -> JobArgs:
 
 def _clients(args: JobArgs) -> tuple[Any, Any]:
     import boto3
-
     from rollup.job import _region
 
     region = _region(args.region)

@@ -37,13 +37,22 @@ def _head_and_registry(c: TestClient, name: str) -> tuple[Head, dict[str, Any]]:
     return head, dict(reg)
 
 
+def _sealed_stream(c: TestClient, name: str, n: int, per_segment: int = 20) -> None:
+    """A searchable stream of `n` entries sealed into segments of `per_segment`."""
+    values = docs(n)
+    make_stream(c, name, values[:per_segment])
+    services(c).upkeep.run(topic_of(name))
+    for i in range(per_segment, n, per_segment):
+        r = c.post(url(name), content=json.dumps(values[i : i + per_segment]), headers=JSON)
+        assert r.status_code == 204, r.text
+        services(c).upkeep.run(topic_of(name))
+
+
 def _segments(c: TestClient, head: Head) -> list[SegmentItem]:
     return services(c).upkeep.segments.after(head, 0, 1000)
 
 
-def _pass(
-    c: TestClient, aws: AwsClients, settings: Settings, name: str, **kw: Any
-) -> Any:
+def _pass(c: TestClient, aws: AwsClients, settings: Settings, name: str, **kw: Any) -> Any:
     head, reg = _head_and_registry(c, name)
     svc = services(c)
     return index_stream(
@@ -62,8 +71,7 @@ def test_builds_each_sealed_segment_once_in_order_and_publishes_coverage(
 ) -> None:
     # GIVEN a searchable stream whose first 100 entries are sealed in several segments
     c = make_client(tiering=EAGER)
-    make_stream(c, "ix", docs(130)[:100])
-    services(c).upkeep.run(topic_of("ix"))
+    _sealed_stream(c, "ix", 100)
     head, reg = _head_and_registry(c, "ix")
     segs = _segments(c, head)
     assert len(segs) >= 3
@@ -95,6 +103,12 @@ def test_builds_each_sealed_segment_once_in_order_and_publishes_coverage(
         assert comp.seqs() == list(range(seg.first_seq, seg.last_seq + 1))
         total += len(body)
     assert got.bytes == total
+    # ...and _index_status reports the coverage
+    status = c.get(url("ix", "_index_status")).json()
+    assert status["bundled_companions"]["covered_segment_count"] == len(segs)
+    assert status["bundled_companions"]["lag_segments"] == 0
+    assert status["bundled_companions"]["bytes_at_rest"] == str(total)
+    assert {e["stale_configuration"] for e in status["exact_indexes"]} == {False}
     # ...and a pass with nothing new builds nothing
     assert _pass(c, aws, settings, "ix").built == 0
 
@@ -103,8 +117,7 @@ def test_two_racing_passes_publish_once_and_a_config_change_resets_coverage(
     make_client: MakeClient, aws: AwsClients, settings: Settings
 ) -> None:
     c = make_client(tiering=EAGER)
-    make_stream(c, "ixr", docs(60))
-    services(c).upkeep.run(topic_of("ixr"))
+    _sealed_stream(c, "ixr", 60)
     head, reg = _head_and_registry(c, "ixr")
     segs = _segments(c, head)
     cat = DynamoIndexCatalogue(aws.dynamodb, settings)
@@ -132,11 +145,14 @@ def test_two_racing_passes_publish_once_and_a_config_change_resets_coverage(
     new_search["fields"]["ms"]["exact"] = True
     r = c.post(url("ixr", "_schema"), content=json.dumps({"search": new_search}), headers=JSON)
     assert r.status_code == 200, r.text
+    stale = c.get(url("ixr", "_index_status")).json()
+    assert stale["exact_indexes"] and all(e["stale_configuration"] for e in stale["exact_indexes"])
+    assert stale["bundled_companions"]["covered_segment_count"] == 0
     again = _pass(c, aws, settings, "ixr")
     # THEN coverage restarts under the new generation and every segment is rebuilt
     assert again.reset and again.built == len(segs)
     assert again.generation != got.generation
-    head2, reg2 = _head_and_registry(c, "ixr")
+    _head2, reg2 = _head_and_registry(c, "ixr")
     plan2 = IndexPlan.from_registry(reg2)
     assert plan2 is not None and plan2.generation == again.generation
 
@@ -145,8 +161,7 @@ def test_eviction_deletes_companions_with_their_segments(
     make_client: MakeClient, aws: AwsClients, settings: Settings
 ) -> None:
     c = make_client(tiering=EAGER)
-    make_stream(c, "ixe", docs(60))
-    services(c).upkeep.run(topic_of("ixe"))
+    _sealed_stream(c, "ixe", 60)
     head, _reg = _head_and_registry(c, "ixe")
     assert _pass(c, aws, settings, "ixe").built >= 2
     segs = _segments(c, head)

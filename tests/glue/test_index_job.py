@@ -90,9 +90,12 @@ def _stream(c: TestClient, name: str, n: int, start: int = 0, search: bool = Tru
         {"ts": 1_700_000_000_000 + i * 7_000, "svc": f"s{i % 3}", "msg": f"hello world {i}"}
         for i in range(start, start + n)
     ]
-    r = c.post(f"/v1/stream/{name}", content=json.dumps(values), headers=JSON)
-    assert r.status_code == 204, r.text
-    c.app.state.services.get().upkeep.run(topic_of(name))  # type: ignore[attr-defined]
+    upkeep = c.app.state.services.get().upkeep  # type: ignore[attr-defined]
+    for i in range(0, n, 15):  # one sealed segment per 15 entries
+        chunk = json.dumps(values[i : i + 15])
+        r = c.post(f"/v1/stream/{name}", content=chunk, headers=JSON)
+        assert r.status_code == 204, r.text
+        upkeep.run(topic_of(name))
 
 
 def _args(settings: Settings, emulator: MotoServer) -> list[str]:

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from headwater import jsoncodec
 from headwater.durable import schema
@@ -46,6 +46,14 @@ BODY_KEYS: Final = frozenset({"q", "size", "sort", "search_after", "timeout_ms"}
 # The clock the cooperative deadline reads (seconds); tests replace it to make a deadline
 # fall after a known number of records.
 monotonic: Callable[[], float] = time.monotonic
+
+
+class Pruner(Protocol):
+    """What the index families say of a sealed segment for one query (index/reader.py)."""
+
+    families: frozenset[str]
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None: ...
 
 
 class SearchError(InvalidRequest):
@@ -149,9 +157,69 @@ async def scan(
     lo: int,
     hi: int,
     order: Literal["asc", "desc"],
+    pruner: Pruner | None = None,
 ) -> AsyncIterator[Doc]:
     """The entries in seqs (lo, hi] in `order`, each noted in `cov`. At the deadline the
-    rest of the window is recorded as missing and the iteration ends (cov.timed_out)."""
+    rest of the window is recorded as missing and the iteration ends (cov.timed_out).
+
+    `pruner`: what the index families say of each sealed segment (the seqs in it that may
+    match the query, or None: no usable companion). A segment with none is skipped unread;
+    one with some is read and only those entries are decoded and yielded (the caller still
+    evaluates them: candidates may be a superset); the unsealed tail is always scanned."""
+    if pruner is None:
+        async for doc in _scan_range(streams, cov, deadline, reg, lo, hi, order, None):
+            yield doc
+        return
+    for p_lo, p_hi, seg in _pieces(cov, lo, hi, order):
+        allowed = await pruner(seg) if seg is not None else None
+        if allowed is not None:
+            cov.indexed_segments += 1
+            cov.index_families_used.update(pruner.families)
+            if not any(p_lo < q <= p_hi for q in allowed):
+                continue
+        elif seg is not None:
+            cov.scanned_segments.add(seg.last_seq)
+        async for doc in _scan_range(streams, cov, deadline, reg, p_lo, p_hi, order, allowed):
+            yield doc
+        if cov.timed_out:
+            if order == "asc":
+                cov.missing.append((p_hi, hi))
+            else:
+                cov.missing.append((lo, p_lo))
+            return
+
+
+def _pieces(
+    cov: Coverage, lo: int, hi: int, order: Literal["asc", "desc"]
+) -> list[tuple[int, int, SegmentItem | None]]:
+    """(lo, hi] cut at sealed segment boundaries: (piece lo, piece hi, its segment or None
+    for the unsealed tail and any gap), in scan order."""
+    out: list[tuple[int, int, SegmentItem | None]] = []
+    at = lo
+    for seg in cov.segments:
+        if seg.last_seq <= at or seg.first_seq > hi:
+            continue
+        start = max(at, seg.first_seq - 1)
+        if start > at:
+            out.append((at, start, None))
+        end = min(hi, seg.last_seq)
+        out.append((start, end, seg))
+        at = end
+    if at < hi:
+        out.append((at, hi, None))
+    return out if order == "asc" else out[::-1]
+
+
+async def _scan_range(
+    streams: DurableStreams,
+    cov: Coverage,
+    deadline: Deadline,
+    reg: Mapping[str, Any] | None,
+    lo: int,
+    hi: int,
+    order: Literal["asc", "desc"],
+    allowed: frozenset[int] | None,
+) -> AsyncIterator[Doc]:
     head = cov.head
     while lo < hi:
         if deadline.passed():
@@ -182,13 +250,16 @@ async def scan(
                 else:
                     cov.missing.append((lo, rec.seq))
                 return
+            if allowed is not None and rec.seq not in allowed:
+                continue  # the segment's companion rules it out
             t0 = monotonic()
             try:
                 value = jsoncodec.loads(rec.data_raw)
             except ValueError:
                 value = None  # not JSON (a JSON stream never stores one): matches nothing
             version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
-            cov.note(rec.seq, monotonic() - t0)
+            if allowed is None:  # an indexed segment's reads count as indexed, not scanned
+                cov.note(rec.seq, monotonic() - t0)
             yield Doc(rec, value, version or None)
         if order == "asc":
             lo = nxt
@@ -443,8 +514,10 @@ async def run_search(
     head: Head,
     reg: Mapping[str, Any],
     req: SearchRequest,
+    pruner: Pruner | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """(status, body): 200, or 408 with the partial result when the deadline passed."""
+    """(status, body): 200, or 408 with the partial result when the deadline passed.
+    `pruner`: the stream's index families for this query (None: scan every segment)."""
     deadline = Deadline(req.timeout_ms)
     cov = Coverage(head, await streams.segments(head))
     _, fields = search_config(reg)
@@ -467,7 +540,7 @@ async def run_search(
         return compare_keys(sorts, x.key, y.key)
 
     cmp = functools.cmp_to_key(order_of)
-    async for doc in scan(streams, cov, deadline, reg, lo, hi, order):
+    async for doc in scan(streams, cov, deadline, reg, lo, hi, order, pruner):
         ok, score = req.query.evaluate(doc.value, version=doc.version)
         if not ok:
             continue

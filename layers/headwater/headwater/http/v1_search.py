@@ -17,6 +17,7 @@ from headwater.durable.wire import WireError, etag_matches, is_json_type, parse_
 from headwater.errors import HeadwaterError, InvalidRequest
 from headwater.http.auth import Principal
 from headwater.index.plan import IndexPlan
+from headwater.index.reader import open_index
 from headwater.services import Services
 from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
@@ -78,7 +79,10 @@ async def route(
     if sub == "_search":
         raw = await _search_params(request)
         req = search.parse_request(raw, reg, from_query=method == "GET")
-        status, body = await _capped(search.run_search(streams, name, head, reg, req))
+        catalogue = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        index = await _capped(open_index(svc.engine, catalogue, head, reg))
+        pruner = index.pruner(req.query) if index is not None else None
+        status, body = await _capped(search.run_search(streams, name, head, reg, req, pruner))
         return _json(body, status, search.search_headers(body))
     if sub == "_aggregate":
         rollup = aggregate.parse(await _json_body(request, "_aggregate"), reg)

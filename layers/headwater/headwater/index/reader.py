@@ -1,0 +1,130 @@
+"""The request side of the index families: for one stream and one query, what each sealed
+segment's companion says (durable/search.py's `Pruner`).
+
+A segment is served from its companion only when all of this holds: the stream's catalogue
+(storage/index_catalogue.py) is for the plan generation the current search config asks for,
+the segment lies in the covered prefix, and the companion object's own header carries that
+generation. Anything else (no catalogue, a stale plan, a segment past the covered prefix, a
+companion missing or corrupt) answers None and the segment is scanned: results are exact
+whatever the coverage, only the cost differs.
+
+Candidates may include entries deleted since the companion was built (reads skip those) and
+are always verified by the query evaluator on the entries read, so a companion can narrow a
+scan but never change its answer. Decoded companions are kept in a small per-process LRU
+(they are immutable for a given key and generation)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from headwater.durable.filter import Predicate
+from headwater.engine.log import LogEngine
+from headwater.engine.segment import companion_key
+from headwater.errors import StorageUnavailable
+from headwater.index.companion import Companion, CompanionError
+from headwater.index.plan import IndexPlan
+from headwater.storage.index_catalogue import Catalogue, DynamoIndexCatalogue
+from headwater.storage.ports import Head, SegmentItem
+
+CACHE_ENTRIES = 512
+
+
+class CompanionCache:
+    def __init__(self, entries: int = CACHE_ENTRIES) -> None:
+        self._entries = entries
+        self._lru: OrderedDict[str, Companion] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> Companion | None:
+        comp = self._lru.get(key)
+        if comp is not None:
+            self._lru.move_to_end(key)
+            self.hits += 1
+        return comp
+
+    def put(self, key: str, comp: Companion) -> None:
+        self._lru[key] = comp
+        self._lru.move_to_end(key)
+        while len(self._lru) > self._entries:
+            self._lru.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+_CACHE = CompanionCache()
+
+
+class StreamIndex:
+    """One stream's usable companions, as of one catalogue read."""
+
+    def __init__(
+        self, engine: LogEngine, plan: IndexPlan, catalogue: Catalogue, cache: CompanionCache
+    ) -> None:
+        self.engine = engine
+        self.plan = plan
+        self.catalogue = catalogue
+        self.cache = cache
+
+    def covers(self, seg: SegmentItem) -> bool:
+        return seg.last_seq <= self.catalogue.covered_through
+
+    async def companion(self, seg: SegmentItem) -> Companion | None:
+        if not self.covers(seg):
+            return None
+        key = companion_key(seg.key)
+        comp = self.cache.get(key)
+        if comp is None or comp.generation != self.plan.generation:
+            self.cache.misses += 1
+            try:
+                raw = await self.engine.run_io(self.engine.blobs.get, key)
+                comp = Companion.from_bytes(raw)
+            except (StorageUnavailable, CompanionError):
+                return None  # missing or unreadable: scan the segment
+            self.cache.put(key, comp)
+        if comp.generation != self.plan.generation:
+            return None  # rebuilt for another plan meanwhile
+        return comp
+
+    def pruner(self, query: Predicate) -> QueryPruner:
+        return QueryPruner(self, query)
+
+
+class QueryPruner:
+    """durable.search.Pruner for one query: the seqs of a segment that may match it."""
+
+    def __init__(self, index: StreamIndex, query: Predicate) -> None:
+        self.index = index
+        self.query = query
+        self.families: frozenset[str] = frozenset()
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
+        comp = await self.index.companion(seg)
+        if comp is None:
+            return None
+        ords = comp.candidates(self.query)
+        if ords is None:
+            return None
+        self.families = self.families | frozenset(comp.families)
+        seqs = comp.seqs()
+        return frozenset(seqs[o] for o in ords)
+
+
+async def open_index(
+    engine: LogEngine,
+    catalogue: DynamoIndexCatalogue,
+    head: Head,
+    registry: Mapping[str, Any],
+    cache: CompanionCache | None = None,
+) -> StreamIndex | None:
+    """The stream's index if any of it is usable now (None: scan everything)."""
+    plan = IndexPlan.from_registry(registry)
+    if plan is None or not head.sealed_through:
+        return None
+    cat = await engine.run_io(catalogue.get, head.topic, head.epoch)
+    if cat is None or cat.generation != plan.generation or not cat.covered_through:
+        return None
+    return StreamIndex(engine, plan, cat, cache if cache is not None else _CACHE)

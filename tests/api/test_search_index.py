@@ -1,0 +1,195 @@
+"""_search served through the index families: for random queries over a stream sealed into
+many segments and indexed, every page of every query equals what a forced scan (no catalogue)
+answers, in both sort orders; segments the companions rule out are skipped unread and
+reported as indexed; a stale plan, a missing or a corrupt companion falls back to scanning
+with the same answer."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from api_helpers import MakeClient
+from starlette.testclient import TestClient
+from test_v1_search import EAGER, JSON, SERVICES, WORDS, docs, make_stream, services, url
+
+from headwater.durable.state import state_of, topic_of
+from headwater.engine.segment import companion_key
+from headwater.index import reader
+from headwater.index.build import index_stream
+from headwater.settings import Settings
+from headwater.storage.clients import AwsClients
+from headwater.storage.index_catalogue import DynamoIndexCatalogue
+
+pytestmark = pytest.mark.api
+
+N, PER_SEGMENT = 240, 30
+
+
+def _indexed(c: TestClient, aws: AwsClients, settings: Settings, name: str) -> list[Any]:
+    values = docs(N, seed=11)
+    make_stream(c, name, values[:PER_SEGMENT])
+    svc = services(c)
+    svc.upkeep.run(topic_of(name))
+    for i in range(PER_SEGMENT, N - 20, PER_SEGMENT):  # the last 20 stay in the tail
+        r = c.post(url(name), content=json.dumps(values[i : i + PER_SEGMENT]), headers=JSON)
+        assert r.status_code == 204, r.text
+        svc.upkeep.run(topic_of(name))
+    r = c.post(url(name), content=json.dumps(values[N - 20 :]), headers=JSON)
+    assert r.status_code == 204
+    head = svc.engine.heads.get(topic_of(name))
+    state = state_of(head)
+    reg = c.portal.call(svc.streams.registry, name, state.registry_key)  # type: ignore[union-attr]
+    cat = DynamoIndexCatalogue(aws.dynamodb, settings)
+    done = index_stream(
+        head, reg, segments=svc.upkeep.segments, blobs=svc.engine.blobs, catalogue=cat, now_ms=1
+    )
+    assert done.built >= 6
+    return svc.upkeep.segments.after(head, 0, 100)
+
+
+def _query(rnd: random.Random) -> str:
+    def clause() -> str:
+        kind = rnd.randrange(9)
+        if kind == 0:
+            return f"svc:{rnd.choice(SERVICES).lower()}"
+        if kind == 1:
+            return f"svc:{rnd.choice(SERVICES).lower()[:1]}*"
+        if kind == 2:
+            return f"ms:{rnd.choice(['>', '>=', '<', '<='])}{rnd.randrange(300)}"
+        if kind == 3:
+            return f"err:{rnd.choice(['true', 'false'])}"
+        if kind == 4:
+            return "has:ms"
+        if kind == 5:
+            return rnd.choice(WORDS)
+        if kind == 6:
+            return f'msg:"{rnd.choice(WORDS)} {rnd.choice(WORDS)}"'
+        if kind == 7:
+            return f"msg:{rnd.choice(WORDS)}"
+        return f"service:{rnd.choice(SERVICES).lower()}"  # an alias
+
+    parts = [clause()]
+    for _ in range(rnd.randrange(3)):
+        op = rnd.choice([" ", " AND ", " OR ", " NOT ", " -"])
+        parts.append(op + clause())
+    text = "".join(parts)
+    return f"({text})" if rnd.random() < 0.2 else text
+
+
+def _all_pages(c: TestClient, name: str, q: str, sort: str) -> tuple[list[Any], list[Any]]:
+    """Every hit of a query, paging with search_after, and each page's coverage."""
+    hits: list[Any] = []
+    coverages: list[Any] = []
+    after = None
+    while True:
+        body: dict[str, Any] = {"q": q, "size": 40, "sort": [sort]}
+        if after is not None:
+            body["search_after"] = after
+        r = c.post(url(name, "_search"), content=json.dumps(body), headers=JSON)
+        assert r.status_code == 200, (q, r.text)
+        got = r.json()
+        hits.extend((h["offset"], h["score"], h["source"]) for h in got["hits"])
+        coverages.append(got["coverage"])
+        after = got["next_search_after"]
+        if after is None:
+            return hits, coverages
+
+
+def test_indexed_search_answers_exactly_what_a_scan_answers(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    c = make_client(tiering=EAGER)
+    segs = _indexed(c, aws, settings, "six")
+    head = services(c).engine.heads.get(topic_of("six"))
+    cat = DynamoIndexCatalogue(aws.dynamodb, settings)
+    saved = cat.get(head.topic, head.epoch)
+    assert saved is not None and saved.covered_through == segs[-1].last_seq
+    rnd = random.Random(5)
+    queries = [_query(rnd) for _ in range(20)] + ["svc:db", "err:true AND ms:>250"]
+    indexed: dict[tuple[str, str], list[Any]] = {}
+    skipped_any = False
+    used = 0
+    for q in queries:
+        for sort in ("offset:desc", "offset:asc"):
+            hits, covs = _all_pages(c, "six", q, sort)
+            indexed[(q, sort)] = hits
+            used += any(cv["indexed_segments"] > 0 for cv in covs)
+            assert all(cv["complete"] for cv in covs)
+            first = covs[0]
+            if first["indexed_segments"] and first["scanned_segments"] == 0:
+                skipped_any = True
+    assert skipped_any
+    # (a page served from the unsealed tail alone, or a clause no family narrows, scans)
+    assert used >= 0.75 * len(indexed), (used, len(indexed))
+    # WHEN the catalogue is gone (nothing indexed) THEN every query answers the same
+    cat.delete(head.topic, head.epoch)
+    for (q, sort), hits in indexed.items():
+        scanned, covs = _all_pages(c, "six", q, sort)
+        assert all(cv["indexed_segments"] == 0 for cv in covs)
+        assert scanned == hits, q
+    assert any(indexed.values())
+
+
+def test_a_selective_query_skips_the_segments_its_companions_rule_out(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    c = make_client(tiering=EAGER)
+    segs = _indexed(c, aws, settings, "sel")
+    # GIVEN a value that only one sealed segment holds
+    r = c.post(
+        url("sel"),
+        content=json.dumps([{"ts": 1, "svc": "unique-svc", "msg": "needle", "rk": "k00"}]),
+        headers=JSON,
+    )
+    assert r.status_code == 204
+    services(c).upkeep.run(topic_of("sel"))
+    head = services(c).engine.heads.get(topic_of("sel"))
+    state = state_of(head)
+    svc = services(c)
+    reg = c.portal.call(svc.streams.registry, "sel", state.registry_key)  # type: ignore[union-attr]
+    cat = DynamoIndexCatalogue(aws.dynamodb, settings)
+    index_stream(
+        head, reg, segments=svc.upkeep.segments, blobs=svc.engine.blobs, catalogue=cat, now_ms=2
+    )
+    all_segs = svc.upkeep.segments.after(head, 0, 100)
+    assert len(all_segs) > len(segs)
+    body = {"q": "svc:unique-svc", "size": 10}
+    got = c.post(url("sel", "_search"), content=json.dumps(body), headers=JSON).json()
+    # THEN it finds the one entry, read only from the one segment that holds it
+    assert [h["source"]["msg"] for h in got["hits"]] == ["needle"]
+    cov = got["coverage"]
+    assert cov["indexed_segments"] == len(all_segs)
+    assert cov["scanned_segments"] == 0
+    assert "exact" in cov["index_families_used"]
+    assert got["total"] == {"value": 1, "relation": "eq"}
+
+
+def test_stale_missing_or_corrupt_companions_fall_back_to_scanning(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    c = make_client(tiering=EAGER)
+    segs = _indexed(c, aws, settings, "fb")
+    reader._CACHE._lru.clear()
+    q = {"q": "svc:db OR msg:timeout", "size": 500}
+    want = c.post(url("fb", "_search"), content=json.dumps(q), headers=JSON).json()
+    assert want["coverage"]["indexed_segments"] == len(segs)
+    # WHEN one companion is missing and another corrupt
+    aws.s3.delete_object(Bucket=settings.bucket_name, Key=companion_key(segs[0].key))
+    aws.s3.put_object(Bucket=settings.bucket_name, Key=companion_key(segs[1].key), Body=b"junk")
+    reader._CACHE._lru.clear()
+    got = c.post(url("fb", "_search"), content=json.dumps(q), headers=JSON).json()
+    # THEN those two are scanned and the answer is the same
+    assert got["hits"] == want["hits"]
+    assert got["coverage"]["indexed_segments"] == len(segs) - 2
+    assert got["coverage"]["scanned_segments"] == 2
+    # WHEN the search config changes (a new plan generation): nothing is used until rebuilt
+    search = json.loads(json.dumps(c.get(url("fb", "_schema")).json()["search"]))
+    search["fields"]["ms"]["exact"] = True
+    r = c.post(url("fb", "_schema"), content=json.dumps({"search": search}), headers=JSON)
+    assert r.status_code == 200, r.text
+    stale = c.post(url("fb", "_search"), content=json.dumps(q), headers=JSON).json()
+    assert stale["coverage"]["indexed_segments"] == 0
+    assert stale["hits"] == want["hits"]

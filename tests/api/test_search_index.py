@@ -193,3 +193,43 @@ def test_stale_missing_or_corrupt_companions_fall_back_to_scanning(
     stale = c.post(url("fb", "_search"), content=json.dumps(q), headers=JSON).json()
     assert stale["coverage"]["indexed_segments"] == 0
     assert stale["hits"] == want["hits"]
+
+
+def _key_pages(c: TestClient, name: str, limit: int) -> tuple[list[str], list[Any]]:
+    keys: list[str] = []
+    covs: list[Any] = []
+    after: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": limit}
+        if after is not None:
+            params["after"] = after
+        r = c.get(url(name, "_routing_keys"), params=params)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        keys.extend(body["keys"])
+        covs.append(body)
+        after = body["next_after"]
+        if after is None:
+            return keys, covs
+
+
+def test_routing_keys_come_from_the_companions_and_equal_a_scan(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    c = make_client(tiering=EAGER)
+    segs = _indexed(c, aws, settings, "rks")
+    # WHEN routing keys are listed page by page with the index
+    indexed, covs = _key_pages(c, "rks", 7)
+    # THEN the sealed segments were answered from their companions, not read
+    assert all(b["coverage"]["indexed_segments"] == len(segs) for b in covs)
+    assert all(b["coverage"]["scanned_uploaded_segments"] == 0 for b in covs)
+    assert {b["source"] for b in covs} == {"index"}
+    assert indexed == sorted(set(indexed)) and len(indexed) > 7
+    # ...and the pages equal a scan's (no catalogue)
+    head = services(c).engine.heads.get(topic_of("rks"))
+    DynamoIndexCatalogue(aws.dynamodb, settings).delete(head.topic, head.epoch)
+    scanned, covs2 = _key_pages(c, "rks", 7)
+    assert scanned == indexed
+    assert all(b["coverage"]["indexed_segments"] == 0 for b in covs2)
+    want = sorted({d["rk"] for d in docs(N, seed=11)})
+    assert indexed == want

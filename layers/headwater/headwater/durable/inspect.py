@@ -14,8 +14,8 @@ import json
 import os
 import resource
 import time
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from headwater.durable import profiles
 from headwater.durable.offsets import encode_offset
@@ -33,16 +33,48 @@ _STARTED = time.time()
 
 
 # --------------------------------------------------------------------------- routing keys
+class KeyIndex(Protocol):
+    """The routing keys a sealed segment's index companion holds (None: no usable one)."""
+
+    async def keys_of(self, seg: SegmentItem) -> Sequence[str] | None: ...
+
+
+class _KeysFromIndex:
+    """A scan pruner that answers a segment from its companion's routing keys (adding them
+    to the page) and so skips reading it; a segment without one is scanned."""
+
+    families: frozenset[str] = frozenset({"rk"})
+
+    def __init__(self, index: KeyIndex, after: str | None, keys: set[str], limit: int) -> None:
+        self.index, self.after, self.keys, self.limit = index, after, keys, limit
+        self.ms = 0
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
+        t0 = monotonic()
+        got = await self.index.keys_of(seg)
+        self.ms += round((monotonic() - t0) * 1000)
+        if got is None:
+            return None
+        for key in got:
+            if self.after is None or key > self.after:
+                self.keys.add(key)
+        while len(self.keys) > self.limit + 1:
+            self.keys.remove(max(self.keys))
+        return frozenset()
+
+
 async def routing_keys(
     streams: DurableStreams,
     head: Head,
     reg: Mapping[str, Any],
     limit: int,
     after: str | None,
+    index: KeyIndex | None = None,
 ) -> dict[str, Any]:
-    """One alphabetical page of distinct routing keys, by scanning the stream's records
-    (the key is each record's stored tag). complete=false if the deadline or the scan cap
-    stopped the scan before the end."""
+    """One alphabetical page of distinct routing keys: from the routing-key sections of the
+    sealed segments' index companions where `index` has a current one, by scanning the
+    stream's records elsewhere (the key is each record's stored tag). complete=false if the
+    deadline or the scan cap stopped the scan before the end."""
     if not reg.get("routingKey"):
         raise SearchError("_routing_keys needs a schema that declares routingKey")
     deadline = Deadline(ROUTING_TIMEOUT_MS)
@@ -51,7 +83,8 @@ async def routing_keys(
     scanned_bytes = 0
     capped = False
     t0 = monotonic()
-    async for doc in scan(streams, cov, deadline, None, 0, head.head_seq, "asc"):
+    from_index = _KeysFromIndex(index, after, keys, limit) if index is not None else None
+    async for doc in scan(streams, cov, deadline, None, 0, head.head_seq, "asc", from_index):
         scanned_bytes += len(doc.rec.data_raw)
         tag = doc.rec.tag_json
         if tag is not None:
@@ -65,6 +98,7 @@ async def routing_keys(
             cov.missing.append((doc.rec.seq, head.head_seq))
             break
     scan_ms = round((monotonic() - t0) * 1000)
+    index_ms = from_index.ms if from_index is not None else 0
     page = sorted(keys)
     complete = not cov.missing
     more = len(page) > limit
@@ -73,11 +107,11 @@ async def routing_keys(
     local = head.sealed_through < head.head_seq
     return {
         "stream": name_of(head.topic),
-        "source": "scan",
+        "source": "index" if cov.indexed_segments and not cov.scanned_segments else "scan",
         "took_ms": deadline.took_ms(),
         "coverage": {
             "complete": complete,
-            "indexed_segments": 0,
+            "indexed_segments": cov.indexed_segments,
             "scanned_uploaded_segments": len(cov.scanned_segments),
             "scanned_local_segments": 0,
             "scanned_wal_rows": cov.scanned_tail_docs,
@@ -87,14 +121,14 @@ async def routing_keys(
             "timed_out": cov.timed_out,
         },
         "timing": {
-            "lexicon_run_get_ms": 0,
+            "lexicon_run_get_ms": index_ms,
             "lexicon_decode_ms": 0,
             "lexicon_enumerate_ms": 0,
             "lexicon_merge_ms": 0,
-            "fallback_scan_ms": scan_ms,
+            "fallback_scan_ms": max(0, scan_ms - index_ms),
             "fallback_segment_get_ms": round(cov.scanned_segment_time_ms),
             "fallback_wal_scan_ms": round(cov.scanned_tail_time_ms) if local else 0,
-            "lexicon_runs_loaded": 0,
+            "lexicon_runs_loaded": cov.indexed_segments,
         },
         "keys": page,
         "next_after": page[-1] if page and (more or not complete) else None,

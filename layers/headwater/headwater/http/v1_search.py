@@ -98,7 +98,9 @@ async def route(
                 raise InvalidRequest(f"limit must be an integer 1..{inspect.ROUTING_MAX_LIMIT}")
             limit = int(raw_limit)
         after = _one(request, "after")
-        body = await _capped(inspect.routing_keys(streams, head, reg, limit, after))
+        catalogue = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        index = await _capped(open_index(svc.engine, catalogue, head, reg))
+        body = await _capped(inspect.routing_keys(streams, head, reg, limit, after, index))
         return _json(body, 200, {"Cache-Control": "no-store"})
     return await _conditional(request, svc, name, sub)
 

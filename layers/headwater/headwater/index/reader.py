@@ -89,6 +89,20 @@ class StreamIndex:
             return None  # rebuilt for another plan meanwhile
         return comp
 
+    @staticmethod
+    def fresh(seg: SegmentItem, comp: Companion) -> bool:
+        """No entry of the segment was deleted since its companion was built (it left out
+        the entries deleted by then): needed where a deleted entry would count (routing
+        keys, rollups), not for search candidates (reads skip deleted entries)."""
+        return comp.doc_count == seg.count - seg.deleted_count
+
+    async def keys_of(self, seg: SegmentItem) -> list[str] | None:
+        """durable.inspect.KeyIndex: the segment's distinct routing keys, from its companion."""
+        comp = await self.companion(seg)
+        if comp is None or "rk" not in comp.families or not self.fresh(seg, comp):
+            return None
+        return comp.routing_keys()
+
     def pruner(self, query: Predicate) -> QueryPruner:
         return QueryPruner(self, query)
 

@@ -1,0 +1,77 @@
+"""Acceptance (issue 24): a `make run`-style server indexes what it seals with no extra step.
+Entries appended to an evlog stream are sealed into S3 segments by the server's upkeep and
+indexed by its in-process indexer; `_index_status` reports the coverage within 60 s, and
+`_search` then reads those segments through their companions, with the same answer a forced
+scan gives."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+JSON = {"Content-Type": "application/json"}
+ENV = {
+    "HEADWATER_SEAL_RECORDS": "40",
+    "HEADWATER_SEAL_AGE_MS": "0",
+    "HEADWATER_TIERING_INTERVAL_MS": "500",
+}
+
+
+def test_a_running_server_indexes_sealed_segments_and_searches_through_them(
+    start_servers: Callable[..., list[ServerProcess]],
+) -> None:
+    (server,) = start_servers(1, **ENV)
+    base = f"{server.url}/v1/stream/app-logs"
+    with httpx.Client(timeout=30) as http:
+        assert http.put(base, headers=JSON).status_code == 201
+        profile = {"apiVersion": "durable.streams/profile/v1", "profile": {"kind": "evlog"}}
+        assert http.post(f"{base}/_profile", json=profile).status_code == 200
+        # WHEN 200 entries arrive in batches
+        for b in range(10):
+            batch = [
+                {
+                    "service": ["checkout", "search", "billing"][(b * 20 + i) % 3],
+                    "level": "error" if i % 7 == 0 else "info",
+                    "status": 503 if i % 7 == 0 else 200,
+                    "message": f"request {b * 20 + i} {'issuer declined' if i % 7 == 0 else 'ok'}",
+                }
+                for i in range(20)
+            ]
+            assert http.post(base, content=json.dumps(batch), headers=JSON).status_code == 204
+        # THEN within 60 s the sealed segments are indexed, with no step of ours
+        started = time.monotonic()
+        status: dict[str, object] = {}
+        while time.monotonic() - started < 60:
+            status = http.get(f"{base}/_index_status").json()
+            companions = status["bundled_companions"]
+            assert isinstance(companions, dict)
+            if companions["covered_segment_count"] >= 3 and companions["lag_segments"] == 0:
+                break
+            time.sleep(0.25)
+        else:
+            raise AssertionError(f"not indexed within 60 s: {status}")
+        lag_s = time.monotonic() - started
+        print(f"\nindexed {companions['covered_segment_count']} segments {lag_s:.1f} s after append")
+        # ...and a search reads them through their companions: only matching entries
+        q = {"q": "service:checkout status:>=500", "size": 200}
+        got = http.post(f"{base}/_search", json=q).json()
+        cov = got["coverage"]
+        assert cov["indexed_segments"] >= 3, cov
+        want = sorted(
+            n
+            for b in range(10)
+            for i in range(20)
+            if i % 7 == 0 and ["checkout", "search", "billing"][(b * 20 + i) % 3] == "checkout"
+            for n in [b * 20 + i]
+        )
+        found = sorted(int(h["source"]["message"].split()[1]) for h in got["hits"])
+        assert found == want
+        assert got["total"] == {"value": len(want), "relation": "eq"}

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from headwater.durable import schema
 from headwater.durable.filter import MISSING, FieldSpec, Predicate, _parse_date_ms, json_pointer_get
@@ -29,7 +29,7 @@ from headwater.durable.search import (
     search_config,
 )
 from headwater.durable.service import DurableStreams
-from headwater.storage.ports import Head
+from headwater.storage.ports import Head, SegmentItem
 
 BODY_KEYS: Final = frozenset({"rollup", "from", "to", "interval", "q", "group_by", "measures"})
 MAX_BUCKETS: Final = 10_000  # (to - from) / interval may not exceed this
@@ -252,19 +252,88 @@ class Rollup:
         return t - t % self.step, key, out
 
 
+class RollupIndex(Protocol):
+    """A sealed segment's pre-aggregated windows from its index companion (None: no usable,
+    up-to-date one): window start -> group key JSON -> (group key, measure -> state)."""
+
+    async def windows_of(
+        self, seg: SegmentItem, r: Rollup
+    ) -> dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]] | None: ...
+
+
+class _RollupsFromIndex:
+    """A scan pruner that adds a segment's full windows (those inside [from, to)) from its
+    companion. With `from` and `to` on window boundaries every window is full and the segment
+    is not read; otherwise it is read for the partial edge windows only (`answered`)."""
+
+    families: frozenset[str] = frozenset({"agg"})
+
+    def __init__(self, index: RollupIndex, r: Rollup, buckets: _Buckets, cov: Coverage) -> None:
+        self.index, self.r, self.buckets, self.cov = index, r, buckets, cov
+        self.answered: list[tuple[int, int]] = []
+        self.aligned = r.from_ms % r.step == 0 and r.to_ms % r.step == 0
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
+        got = await self.index.windows_of(seg, self.r)
+        if got is None:
+            return None
+        for start, groups in got.items():
+            out = self.buckets.setdefault(start, {})
+            for gk, (key, states) in groups.items():
+                _, acc = out.setdefault(gk, (key, {}))
+                for m, v in states.items():
+                    if isinstance(v, int):
+                        acc[m] = acc.get(m, 0) + v
+                    elif v.count:
+                        acc.setdefault(m, _Summary()).add(
+                            v.count,
+                            v.sum,
+                            v.min,
+                            v.max,
+                            v.hist,
+                        )
+        if self.aligned:
+            return frozenset()  # every window is full: nothing to read
+        self.answered.append((seg.first_seq, seg.last_seq))
+        self.cov.indexed_segments += 1
+        self.cov.index_families_used.add("agg")
+        return None
+
+    def full_window_counted(self, seq: int, start: int) -> bool:
+        """Whether a scanned entry's window was already added from its segment's companion."""
+        if start < self.r.from_ms or start + self.r.step > self.r.to_ms:
+            return False
+        return any(lo <= seq <= hi for lo, hi in self.answered)
+
+
+_Buckets = dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]]
+
+
 async def run_aggregate(
-    streams: DurableStreams, name: str, head: Head, reg: Mapping[str, Any], r: Rollup
+    streams: DurableStreams,
+    name: str,
+    head: Head,
+    reg: Mapping[str, Any],
+    r: Rollup,
+    index: RollupIndex | None = None,
 ) -> tuple[int, dict[str, Any]]:
+    """`index`: the stream's companions; used for a request without `q` (a `q` is evaluated
+    on each entry, so it scans)."""
     deadline = Deadline(TIMEOUT_CAP_MS)
     cov = Coverage(head, await streams.segments(head))
-    buckets: dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {}
-    async for doc in scan(streams, cov, deadline, reg, 0, head.head_seq, "asc"):
+    buckets: _Buckets = {}
+    from_index = (
+        _RollupsFromIndex(index, r, buckets, cov) if index is not None and r.q is None else None
+    )
+    async for doc in scan(streams, cov, deadline, reg, 0, head.head_seq, "asc", from_index):
         if r.q is not None and not r.q.matches(doc.value, version=doc.version):
             continue
         got = r.contribution(doc.value, doc.version)
         if got is None:
             continue
         start, dims, measures = got
+        if from_index is not None and from_index.full_window_counted(doc.rec.seq, start):
+            continue
         key = {g: dims.get(g) for g in r.group_by}
         groups = buckets.setdefault(start, {})
         gk = json.dumps(key, sort_keys=True)
@@ -283,7 +352,7 @@ async def run_aggregate(
         "interval": r.interval,
         "coverage": {
             **cov.common(),
-            "used_rollups": False,
+            "used_rollups": cov.indexed_segments > 0,
             "indexed_segments": cov.indexed_segments,
             "scanned_segments": len(cov.scanned_segments),
             "scanned_tail_docs": cov.scanned_tail_docs,

@@ -86,7 +86,11 @@ async def route(
         return _json(body, status, search.search_headers(body))
     if sub == "_aggregate":
         rollup = aggregate.parse(await _json_body(request, "_aggregate"), reg)
-        status, body = await _capped(aggregate.run_aggregate(streams, name, head, reg, rollup))
+        catalogue = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        index = await _capped(open_index(svc.engine, catalogue, head, reg))
+        status, body = await _capped(
+            aggregate.run_aggregate(streams, name, head, reg, rollup, index)
+        )
         return _json(body, status, {"Cache-Control": "no-store"})
     if sub == "_routing_keys":
         limit = inspect.ROUTING_DEFAULT_LIMIT

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from headwater.durable.aggregate import Rollup
 from headwater.durable.filter import Predicate
 from headwater.engine.log import LogEngine
 from headwater.engine.segment import companion_key
@@ -102,6 +103,16 @@ class StreamIndex:
         if comp is None or "rk" not in comp.families or not self.fresh(seg, comp):
             return None
         return comp.routing_keys()
+
+    async def windows_of(self, seg: SegmentItem, r: Rollup) -> Any:
+        """durable.aggregate.RollupIndex: the segment's full windows of the request."""
+        comp = await self.companion(seg)
+        if comp is None or "agg" not in comp.families or not self.fresh(seg, comp):
+            return None
+        try:
+            return comp.rollup_windows(r.name, r.interval, r.from_ms, r.to_ms, r.group_by, r.wanted)
+        except KeyError:
+            return None  # not built for this rollup or interval: scan
 
     def pruner(self, query: Predicate) -> QueryPruner:
         return QueryPruner(self, query)

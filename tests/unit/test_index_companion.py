@@ -59,7 +59,7 @@ SEARCH: dict[str, Any] = {
         ),
         "tag": _f("keyword", "/tag", exact=True),
         "code": _f("integer", "/code", exact=True, column=True),
-        "lat": _f("float", "/lat", column=True, aggregatable=True),
+        "lat": _f("float", "/lat", exact=True, column=True, aggregatable=True),
         "ok": _f("bool", "/ok", exact=True),
         "msg": _f("text", "/msg", analyzer="unicode_word_v1", positions=True),
         "body": _f("text", "/body", analyzer="unicode_word_v1"),
@@ -213,6 +213,10 @@ _leaf = st.one_of(
         lambda ab: f'msg:"{ab[0]} {ab[1]}"'
     ),
     st.sampled_from(WORDS).map(lambda w: f"body:{w}"),
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(
+        lambda ab: f"msg:{ab[0]},{ab[1]}"  # one clause, two tokens (same value, any order)
+    ),
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda ab: f"{ab[0]}-{ab[1]}*"),
     st.sampled_from(WORDS + SVCS[:3]).map(lambda w: w),  # bare term over defaultFields
     st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda ab: f'"{ab[0]} {ab[1]}"'),
     st.sampled_from(["al*", "ap*", "straß*"]),
@@ -269,6 +273,80 @@ def test_candidates_contain_every_match_and_are_exact_when_indexed(
             assert got == truth, text
         elif got is not None:
             assert truth <= got, text
+
+
+def _corpus(seed: int, n: int) -> list[SegmentDoc]:
+    """A larger fixed segment with the same kinds of values as the strategy (arrays,
+    multi-valued text, wrong types, both schema versions, undecodable records), so each
+    random query meets many documents."""
+    rnd = random.Random(seed)
+
+    def text() -> str:
+        return rnd.choice([" ", ", ", "-"]).join(rnd.choices(WORDS[:5], k=rnd.randrange(0, 7)))
+
+    def ts() -> Any:
+        return rnd.choice(
+            [rnd.randrange(-3000, 12_000), f"1970-01-01T00:00:{rnd.randrange(13):02d}Z", "x"]
+        )
+
+    options: dict[str, Any] = {
+        "ts": ts,
+        "meta": lambda: {"ts": ts()},
+        "svc": lambda: rnd.choice([rnd.choice(SVCS), rnd.sample(SVCS, 2), 7]),
+        "service": lambda: rnd.choice(SVCS),
+        "tag": lambda: rnd.choice([rnd.choice(TAGS), rnd.sample(TAGS, rnd.randrange(3))]),
+        "code": lambda: rnd.choice([200, 404, 500, 503, "500", 500.0, True, "x", [200, 503], -1]),
+        "lat": lambda: rnd.choice([rnd.randrange(-20, 20) / 4, 3, "2.5", [0.5, 3], None]),
+        "ok": lambda: rnd.choice([True, False, "true", "FALSE", 1]),
+        "msg": lambda: rnd.choice([text(), [text(), text()]]),
+        "body": text,
+        "note": lambda: "n1",
+        "p": lambda: {"c": rnd.randrange(1, 4), "s": rnd.randrange(-9, 9), "lo": -1, "hi": 2},
+    }
+    out = []
+    for i in range(n):
+        value: Any = {k: make() for k, make in options.items() if rnd.random() < 0.6}
+        if i % 29 == 0:
+            value = UNDECODABLE
+        out.append(SegmentDoc(i + 1, i, None, value, rnd.choice([None, 1, 2])))
+    return out
+
+
+CORPUS = _corpus(11, 250)
+CORPUS_COMPANION = Companion.from_bytes(build_companion(PLAN, CORPUS))  # type: ignore[arg-type]
+
+
+@settings(max_examples=250, deadline=None)
+@given(queries)
+def test_candidates_over_a_larger_segment(text: str) -> None:
+    q = _parse(text)
+    truth = _match_set(q, CORPUS)
+    got = CORPUS_COMPANION.candidates(q)
+    if _fully_indexed(q):
+        assert got == truth, text
+    elif got is not None:
+        assert truth <= got, text
+
+
+def test_corpus_queries_are_not_trivial() -> None:
+    """The corpus exercises the interesting cases: matches that need per-value units,
+    phrases, prefixes and array values, each with some matches and some misses."""
+    for text in [
+        'msg:"alpha beta"',
+        "msg:alpha,beta",
+        "msg:gam*",
+        'msg:"beta gam*"',
+        "lat:>1",
+        "code:503",
+        "code:<0",
+        "svc:ap*",
+        "ok:true",
+        "beta",
+        "ts:<0",
+    ]:
+        truth = _match_set(_parse(text), CORPUS)
+        assert 0 < len(truth) < len(CORPUS), text
+        assert CORPUS_COMPANION.candidates(_parse(text)) == truth, text
 
 
 def test_non_indexed_clauses_do_not_narrow_unsafely() -> None:
@@ -391,6 +469,27 @@ def test_rollup_windows_equal_brute_force_aggregation(
     for s in want:
         if s not in want_full:
             assert s < lo or s + step > hi
+
+
+@settings(max_examples=150, deadline=None)
+@given(_rollup_req, st.integers(-4_000, 13_000), st.integers(1, 16_000))
+def test_rollup_windows_over_a_larger_segment(
+    req: tuple[str, str, list[str], list[str] | None], lo: int, span: int
+) -> None:
+    name, interval, group_by, measures = req
+    raw: dict[str, Any] = {"rollup": name, "from": lo, "to": lo + span, "interval": interval}
+    raw["group_by"] = group_by
+    if measures is not None:
+        raw["measures"] = measures
+    step = {"1s": 1000, "2s": 2000, "5s": 5000}[interval]
+    full = full_span(lo, lo + span, step)
+    want = {
+        s: g
+        for s, g in _brute(CORPUS, raw).items()
+        if full is not None and full[0] <= s and s + step <= full[1]
+    }
+    got = CORPUS_COMPANION.rollup_windows(name, interval, lo, lo + span, group_by, measures)
+    assert _plain(got) == _plain(want)
 
 
 def test_rollup_windows_known_values() -> None:

@@ -100,8 +100,15 @@ REG: dict[str, Any] = {
     "search": SEARCH,
 }
 FIELDS = search_fields(REG)
-PLAN = IndexPlan.from_registry(REG)
-assert PLAN is not None
+
+
+def _plan(reg: dict[str, Any]) -> IndexPlan:
+    plan = IndexPlan.from_registry(reg)
+    assert plan is not None
+    return plan
+
+
+PLAN = _plan(REG)
 
 WORDS = ["alpha", "beta", "Gamma", "émile", "x1", "日本", "straße", "İstanbul"]
 SVCS = ["api", "API", "apex", "web-1", "Ünï", "a"]
@@ -250,7 +257,7 @@ def _fully_indexed(q: Predicate) -> bool:
 
 
 def _rk_plan_companion(docs: list[SegmentDoc]) -> Companion:
-    return Companion.from_bytes(build_companion(PLAN, docs))  # type: ignore[arg-type]
+    return Companion.from_bytes(build_companion(PLAN, docs))
 
 
 # ---------------------------------------------------------------- (a) candidates
@@ -313,7 +320,7 @@ def _corpus(seed: int, n: int) -> list[SegmentDoc]:
 
 
 CORPUS = _corpus(11, 250)
-CORPUS_COMPANION = Companion.from_bytes(build_companion(PLAN, CORPUS))  # type: ignore[arg-type]
+CORPUS_COMPANION = Companion.from_bytes(build_companion(PLAN, CORPUS))
 
 
 @settings(max_examples=250, deadline=None)
@@ -377,7 +384,7 @@ def test_companion_built_under_another_spec_never_excludes_a_match(
     fields["svc"]["bindings"][1]["jsonPointer"] = "/other"
     fields["lat"]["column"] = False
     stale_plan = IndexPlan.from_registry(reg)
-    assert stale_plan is not None and stale_plan.generation != PLAN.generation  # type: ignore[union-attr]
+    assert stale_plan is not None and stale_plan.generation != PLAN.generation
     comp = Companion.from_bytes(build_companion(stale_plan, docs))
     for text in texts:
         q = _parse(text)
@@ -547,18 +554,18 @@ def test_no_routing_key_config_means_no_rk_section() -> None:
 def test_build_is_deterministic_and_order_independent(
     docs: list[SegmentDoc], rnd: random.Random
 ) -> None:
-    once = build_companion(PLAN, docs)  # type: ignore[arg-type]
-    assert build_companion(PLAN, list(docs)) == once  # type: ignore[arg-type]
+    once = build_companion(PLAN, docs)
+    assert build_companion(PLAN, list(docs)) == once
     shuffled = list(docs)
     rnd.shuffle(shuffled)
-    assert build_companion(PLAN, shuffled) == once  # type: ignore[arg-type]
-    assert build_companion(PLAN, sorted(shuffled, key=lambda d: d.seq)) == once  # type: ignore[arg-type]
+    assert build_companion(PLAN, shuffled) == once
+    assert build_companion(PLAN, sorted(shuffled, key=lambda d: d.seq)) == once
     # a dict built in another key order is the same document
     reordered = [
         d._replace(value=dict(reversed(list(d.value.items())))) if isinstance(d.value, dict) else d
         for d in docs
     ]
-    assert build_companion(PLAN, reordered) == once  # type: ignore[arg-type]
+    assert build_companion(PLAN, reordered) == once
 
 
 _SUBPROCESS = """
@@ -601,7 +608,7 @@ def test_other_processes_write_identical_bytes() -> None:
     """Stands in for the Glue job: fresh interpreters with different string-hash seeds
     (set/dict iteration orders differ) build the same segment to the same bytes."""
     docs = _fixed_docs()
-    local = build_companion(PLAN, docs)  # type: ignore[arg-type]
+    local = build_companion(PLAN, docs)
     payload = json.dumps(
         [
             REG,
@@ -705,24 +712,24 @@ IRRELEVANT = {
 
 @pytest.mark.parametrize("change", sorted(RELEVANT))
 def test_generation_changes_with_relevant_config(change: str) -> None:
-    assert _gen(RELEVANT[change]) != PLAN.generation  # type: ignore[union-attr]
+    assert _gen(RELEVANT[change]) != PLAN.generation
 
 
 @pytest.mark.parametrize("change", sorted(IRRELEVANT))
 def test_generation_ignores_irrelevant_config(change: str) -> None:
-    assert _gen(IRRELEVANT[change]) == PLAN.generation  # type: ignore[union-attr]
+    assert _gen(IRRELEVANT[change]) == PLAN.generation
 
 
 def test_generation_is_in_the_header() -> None:
     comp = _rk_plan_companion([SegmentDoc(5, 1, None, {}, None)])
-    assert comp.generation == PLAN.generation  # type: ignore[union-attr]
+    assert comp.generation == PLAN.generation
     assert (comp.first_seq, comp.last_seq, comp.doc_count) == (5, 5, 1)
 
 
 # ---------------------------------------------------------------- (f) corrupt objects
 def test_every_single_byte_corruption_is_refused() -> None:
     docs = _fixed_docs()[:20]
-    good = build_companion(PLAN, docs)  # type: ignore[arg-type]
+    good = build_companion(PLAN, docs)
     Companion.from_bytes(good)
     step = max(1, len(good) // 400)
     for i in range(0, len(good), step):
@@ -744,16 +751,16 @@ def test_every_single_byte_corruption_is_refused() -> None:
     ],
 )
 def test_bad_bytes_raise_clear_errors(mangle: Any, message: str) -> None:
-    good = build_companion(PLAN, _fixed_docs()[:5])  # type: ignore[arg-type]
+    good = build_companion(PLAN, _fixed_docs()[:5])
     with pytest.raises(CompanionError, match=message):
         Companion.from_bytes(mangle(good))
 
 
 def test_builder_refuses_bad_input() -> None:
     with pytest.raises(ValueError, match="at least one"):
-        build_companion(PLAN, [])  # type: ignore[arg-type]
+        build_companion(PLAN, [])
     with pytest.raises(ValueError, match="twice"):
-        build_companion(PLAN, [SegmentDoc(1, 0, None, {}, None)] * 2)  # type: ignore[arg-type]
+        build_companion(PLAN, [SegmentDoc(1, 0, None, {}, None)] * 2)
 
 
 # ---------------------------------------------------------------- glue to stored records
@@ -778,7 +785,7 @@ def test_docs_from_records_decodes_like_the_scan() -> None:
     assert [d.version for d in docs] == [1, 2, 2]
     assert [d.routing_key for d in docs] == ["u1", None, None]
     assert docs[2].value is UNDECODABLE
-    comp = Companion.from_bytes(build_companion(PLAN, docs))  # type: ignore[arg-type]
+    comp = Companion.from_bytes(build_companion(PLAN, docs))
     assert comp.candidates(_parse("svc:api OR svc:web-1")) == {0, 1}
     assert comp.candidates(_parse("ts:>=6")) == {1}
     assert comp.candidates(_parse("-has:svc")) == {2}

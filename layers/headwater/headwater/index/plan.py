@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from headwater.durable.filter import (
@@ -102,7 +102,7 @@ class IndexPlan:
     """What a companion built for this stream contains. ``registry`` is kept because rollup
     evaluation compiles the rollups' ``include`` filters against it."""
 
-    registry: Mapping[str, Any]
+    registry: Mapping[str, Any] = field(compare=False, repr=False)
     routing_keys: bool
     exact: tuple[FieldSpec, ...]
     col: tuple[FieldSpec, ...]

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from headwater.durable import schema
 from headwater.durable.aggregate import Rollup, _Summary
 from headwater.durable.filter import FilterError, Has, Predicate, parse_query
 from headwater.durable.offsets import encode_offset
@@ -35,6 +36,7 @@ from headwater.index.companion import (
     companion_key,
     docs_from_records,
     full_span,
+    version_at,
 )
 from headwater.index.plan import IndexPlan
 
@@ -792,3 +794,40 @@ def test_docs_from_records_decodes_like_the_scan() -> None:
     assert (comp.min_ts, comp.max_ts) == (1011, 1013)
     assert companion_key("streams/x/segments/0001.seg") == "streams/x/segments/0001.seg.cix"
     assert isinstance(_parse("has:note"), Has)
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(1, 5)), max_size=6).map(sorted),
+    st.integers(0, 40),
+)
+def test_version_at_is_schema_version_at(bounds: list[tuple[int, int]], seq: int) -> None:
+    reg = {"boundaries": [{"offset": encode_offset(0, s), "version": v} for s, v in bounds]}
+    want = schema.version_at(reg, seq, key=schema_seq)
+    assert version_at(reg, seq) == want
+
+
+def schema_seq(offset: str) -> int:
+    from headwater.durable.offsets import Offset, decode_offset
+
+    off = decode_offset(offset)
+    return off.seq if isinstance(off, Offset) else 0
+
+
+def test_index_imports_only_pure_modules() -> None:
+    """The Glue job has orjson but not jsonschema: importing the index package must not pull
+    in durable.schema (nor the request path)."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=f"{root / 'layers' / 'headwater'}{os.pathsep}{root}")
+    code = (
+        "import sys, headwater.index.companion, headwater.index.plan\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('jsonschema', 'boto3',"
+        " 'botocore', 'aioboto3') or m in ('headwater.durable.schema',"
+        " 'headwater.durable.search', 'headwater.durable.aggregate') or"
+        " m.startswith('headwater.http'))\n"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == ""

@@ -831,3 +831,15 @@ def test_index_imports_only_pure_modules() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def test_builder_inputs_survive_pickling() -> None:
+    """Spark ships the plan and the docs to executors by pickling them."""
+    import pickle
+
+    docs = _fixed_docs()[:40]
+    plan = pickle.loads(pickle.dumps(PLAN))
+    moved = pickle.loads(pickle.dumps(docs))
+    assert moved[0].value is UNDECODABLE
+    assert plan == PLAN and plan.generation == PLAN.generation
+    assert build_companion(plan, moved) == build_companion(PLAN, docs)

@@ -90,6 +90,9 @@ class _Undecodable:
     def __repr__(self) -> str:
         return "UNDECODABLE"
 
+    def __reduce__(self) -> str:
+        return "UNDECODABLE"  # unpickles (e.g. on a Spark executor) as the same singleton
+
 
 UNDECODABLE: Final = _Undecodable()
 """A record whose data is not JSON: it has no field values (like ``search.scan``'s None)."""

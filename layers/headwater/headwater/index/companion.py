@@ -651,8 +651,10 @@ class Companion:
         [from_ms, to_ms), grouped by `group_by` (dimensions of the rollup) with the
         `measures` (default: all), in ``aggregate.run_aggregate``'s ``buckets`` shape:
         window start -> group key JSON -> (group key, measure -> int count | _Summary).
-        Valid only for a request without ``q``. Raises KeyError for a rollup/interval the
-        companion does not hold (it was built under another plan)."""
+        Valid only for a request without ``q``. Counts, min, max and histograms equal a
+        scan's; a float ``sum`` is added per stored group and then across groups, so it can
+        differ from a scan's record-by-record sum in the last bits. Raises KeyError for a
+        rollup/interval the companion does not hold (it was built under another plan)."""
         from headwater.durable.aggregate import _Summary
 
         agg = self._section("agg")

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from headwater.durable import schema
 from headwater.durable.aggregate import Rollup, _Summary
 from headwater.durable.filter import FilterError, Has, Predicate, parse_query
 from headwater.durable.offsets import encode_offset
@@ -35,6 +36,7 @@ from headwater.index.companion import (
     companion_key,
     docs_from_records,
     full_span,
+    version_at,
 )
 from headwater.index.plan import IndexPlan
 
@@ -59,7 +61,7 @@ SEARCH: dict[str, Any] = {
         ),
         "tag": _f("keyword", "/tag", exact=True),
         "code": _f("integer", "/code", exact=True, column=True),
-        "lat": _f("float", "/lat", column=True, aggregatable=True),
+        "lat": _f("float", "/lat", exact=True, column=True, aggregatable=True),
         "ok": _f("bool", "/ok", exact=True),
         "msg": _f("text", "/msg", analyzer="unicode_word_v1", positions=True),
         "body": _f("text", "/body", analyzer="unicode_word_v1"),
@@ -100,8 +102,15 @@ REG: dict[str, Any] = {
     "search": SEARCH,
 }
 FIELDS = search_fields(REG)
-PLAN = IndexPlan.from_registry(REG)
-assert PLAN is not None
+
+
+def _plan(reg: dict[str, Any]) -> IndexPlan:
+    plan = IndexPlan.from_registry(reg)
+    assert plan is not None
+    return plan
+
+
+PLAN = _plan(REG)
 
 WORDS = ["alpha", "beta", "Gamma", "émile", "x1", "日本", "straße", "İstanbul"]
 SVCS = ["api", "API", "apex", "web-1", "Ünï", "a"]
@@ -213,6 +222,10 @@ _leaf = st.one_of(
         lambda ab: f'msg:"{ab[0]} {ab[1]}"'
     ),
     st.sampled_from(WORDS).map(lambda w: f"body:{w}"),
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(
+        lambda ab: f"msg:{ab[0]},{ab[1]}"  # one clause, two tokens (same value, any order)
+    ),
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda ab: f"{ab[0]}-{ab[1]}*"),
     st.sampled_from(WORDS + SVCS[:3]).map(lambda w: w),  # bare term over defaultFields
     st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda ab: f'"{ab[0]} {ab[1]}"'),
     st.sampled_from(["al*", "ap*", "straß*"]),
@@ -246,7 +259,7 @@ def _fully_indexed(q: Predicate) -> bool:
 
 
 def _rk_plan_companion(docs: list[SegmentDoc]) -> Companion:
-    return Companion.from_bytes(build_companion(PLAN, docs))  # type: ignore[arg-type]
+    return Companion.from_bytes(build_companion(PLAN, docs))
 
 
 # ---------------------------------------------------------------- (a) candidates
@@ -269,6 +282,80 @@ def test_candidates_contain_every_match_and_are_exact_when_indexed(
             assert got == truth, text
         elif got is not None:
             assert truth <= got, text
+
+
+def _corpus(seed: int, n: int) -> list[SegmentDoc]:
+    """A larger fixed segment with the same kinds of values as the strategy (arrays,
+    multi-valued text, wrong types, both schema versions, undecodable records), so each
+    random query meets many documents."""
+    rnd = random.Random(seed)
+
+    def text() -> str:
+        return rnd.choice([" ", ", ", "-"]).join(rnd.choices(WORDS[:5], k=rnd.randrange(0, 7)))
+
+    def ts() -> Any:
+        return rnd.choice(
+            [rnd.randrange(-3000, 12_000), f"1970-01-01T00:00:{rnd.randrange(13):02d}Z", "x"]
+        )
+
+    options: dict[str, Any] = {
+        "ts": ts,
+        "meta": lambda: {"ts": ts()},
+        "svc": lambda: rnd.choice([rnd.choice(SVCS), rnd.sample(SVCS, 2), 7]),
+        "service": lambda: rnd.choice(SVCS),
+        "tag": lambda: rnd.choice([rnd.choice(TAGS), rnd.sample(TAGS, rnd.randrange(3))]),
+        "code": lambda: rnd.choice([200, 404, 500, 503, "500", 500.0, True, "x", [200, 503], -1]),
+        "lat": lambda: rnd.choice([rnd.randrange(-20, 20) / 4, 3, "2.5", [0.5, 3], None]),
+        "ok": lambda: rnd.choice([True, False, "true", "FALSE", 1]),
+        "msg": lambda: rnd.choice([text(), [text(), text()]]),
+        "body": text,
+        "note": lambda: "n1",
+        "p": lambda: {"c": rnd.randrange(1, 4), "s": rnd.randrange(-9, 9), "lo": -1, "hi": 2},
+    }
+    out = []
+    for i in range(n):
+        value: Any = {k: make() for k, make in options.items() if rnd.random() < 0.6}
+        if i % 29 == 0:
+            value = UNDECODABLE
+        out.append(SegmentDoc(i + 1, i, None, value, rnd.choice([None, 1, 2])))
+    return out
+
+
+CORPUS = _corpus(11, 250)
+CORPUS_COMPANION = Companion.from_bytes(build_companion(PLAN, CORPUS))
+
+
+@settings(max_examples=250, deadline=None)
+@given(queries)
+def test_candidates_over_a_larger_segment(text: str) -> None:
+    q = _parse(text)
+    truth = _match_set(q, CORPUS)
+    got = CORPUS_COMPANION.candidates(q)
+    if _fully_indexed(q):
+        assert got == truth, text
+    elif got is not None:
+        assert truth <= got, text
+
+
+def test_corpus_queries_are_not_trivial() -> None:
+    """The corpus exercises the interesting cases: matches that need per-value units,
+    phrases, prefixes and array values, each with some matches and some misses."""
+    for text in [
+        'msg:"alpha beta"',
+        "msg:alpha,beta",
+        "msg:gam*",
+        'msg:"beta gam*"',
+        "lat:>1",
+        "code:503",
+        "code:<0",
+        "svc:ap*",
+        "ok:true",
+        "beta",
+        "ts:<0",
+    ]:
+        truth = _match_set(_parse(text), CORPUS)
+        assert 0 < len(truth) < len(CORPUS), text
+        assert CORPUS_COMPANION.candidates(_parse(text)) == truth, text
 
 
 def test_non_indexed_clauses_do_not_narrow_unsafely() -> None:
@@ -299,7 +386,7 @@ def test_companion_built_under_another_spec_never_excludes_a_match(
     fields["svc"]["bindings"][1]["jsonPointer"] = "/other"
     fields["lat"]["column"] = False
     stale_plan = IndexPlan.from_registry(reg)
-    assert stale_plan is not None and stale_plan.generation != PLAN.generation  # type: ignore[union-attr]
+    assert stale_plan is not None and stale_plan.generation != PLAN.generation
     comp = Companion.from_bytes(build_companion(stale_plan, docs))
     for text in texts:
         q = _parse(text)
@@ -393,6 +480,27 @@ def test_rollup_windows_equal_brute_force_aggregation(
             assert s < lo or s + step > hi
 
 
+@settings(max_examples=150, deadline=None)
+@given(_rollup_req, st.integers(-4_000, 13_000), st.integers(1, 16_000))
+def test_rollup_windows_over_a_larger_segment(
+    req: tuple[str, str, list[str], list[str] | None], lo: int, span: int
+) -> None:
+    name, interval, group_by, measures = req
+    raw: dict[str, Any] = {"rollup": name, "from": lo, "to": lo + span, "interval": interval}
+    raw["group_by"] = group_by
+    if measures is not None:
+        raw["measures"] = measures
+    step = {"1s": 1000, "2s": 2000, "5s": 5000}[interval]
+    full = full_span(lo, lo + span, step)
+    want = {
+        s: g
+        for s, g in _brute(CORPUS, raw).items()
+        if full is not None and full[0] <= s and s + step <= full[1]
+    }
+    got = CORPUS_COMPANION.rollup_windows(name, interval, lo, lo + span, group_by, measures)
+    assert _plain(got) == _plain(want)
+
+
 def test_rollup_windows_known_values() -> None:
     docs = [
         SegmentDoc(1, 0, None, {"ts": 100, "svc": "API", "tag": "a", "lat": 1.5, "code": 500}, 1),
@@ -448,18 +556,18 @@ def test_no_routing_key_config_means_no_rk_section() -> None:
 def test_build_is_deterministic_and_order_independent(
     docs: list[SegmentDoc], rnd: random.Random
 ) -> None:
-    once = build_companion(PLAN, docs)  # type: ignore[arg-type]
-    assert build_companion(PLAN, list(docs)) == once  # type: ignore[arg-type]
+    once = build_companion(PLAN, docs)
+    assert build_companion(PLAN, list(docs)) == once
     shuffled = list(docs)
     rnd.shuffle(shuffled)
-    assert build_companion(PLAN, shuffled) == once  # type: ignore[arg-type]
-    assert build_companion(PLAN, sorted(shuffled, key=lambda d: d.seq)) == once  # type: ignore[arg-type]
+    assert build_companion(PLAN, shuffled) == once
+    assert build_companion(PLAN, sorted(shuffled, key=lambda d: d.seq)) == once
     # a dict built in another key order is the same document
     reordered = [
         d._replace(value=dict(reversed(list(d.value.items())))) if isinstance(d.value, dict) else d
         for d in docs
     ]
-    assert build_companion(PLAN, reordered) == once  # type: ignore[arg-type]
+    assert build_companion(PLAN, reordered) == once
 
 
 _SUBPROCESS = """
@@ -502,7 +610,7 @@ def test_other_processes_write_identical_bytes() -> None:
     """Stands in for the Glue job: fresh interpreters with different string-hash seeds
     (set/dict iteration orders differ) build the same segment to the same bytes."""
     docs = _fixed_docs()
-    local = build_companion(PLAN, docs)  # type: ignore[arg-type]
+    local = build_companion(PLAN, docs)
     payload = json.dumps(
         [
             REG,
@@ -606,24 +714,24 @@ IRRELEVANT = {
 
 @pytest.mark.parametrize("change", sorted(RELEVANT))
 def test_generation_changes_with_relevant_config(change: str) -> None:
-    assert _gen(RELEVANT[change]) != PLAN.generation  # type: ignore[union-attr]
+    assert _gen(RELEVANT[change]) != PLAN.generation
 
 
 @pytest.mark.parametrize("change", sorted(IRRELEVANT))
 def test_generation_ignores_irrelevant_config(change: str) -> None:
-    assert _gen(IRRELEVANT[change]) == PLAN.generation  # type: ignore[union-attr]
+    assert _gen(IRRELEVANT[change]) == PLAN.generation
 
 
 def test_generation_is_in_the_header() -> None:
     comp = _rk_plan_companion([SegmentDoc(5, 1, None, {}, None)])
-    assert comp.generation == PLAN.generation  # type: ignore[union-attr]
+    assert comp.generation == PLAN.generation
     assert (comp.first_seq, comp.last_seq, comp.doc_count) == (5, 5, 1)
 
 
 # ---------------------------------------------------------------- (f) corrupt objects
 def test_every_single_byte_corruption_is_refused() -> None:
     docs = _fixed_docs()[:20]
-    good = build_companion(PLAN, docs)  # type: ignore[arg-type]
+    good = build_companion(PLAN, docs)
     Companion.from_bytes(good)
     step = max(1, len(good) // 400)
     for i in range(0, len(good), step):
@@ -645,16 +753,16 @@ def test_every_single_byte_corruption_is_refused() -> None:
     ],
 )
 def test_bad_bytes_raise_clear_errors(mangle: Any, message: str) -> None:
-    good = build_companion(PLAN, _fixed_docs()[:5])  # type: ignore[arg-type]
+    good = build_companion(PLAN, _fixed_docs()[:5])
     with pytest.raises(CompanionError, match=message):
         Companion.from_bytes(mangle(good))
 
 
 def test_builder_refuses_bad_input() -> None:
     with pytest.raises(ValueError, match="at least one"):
-        build_companion(PLAN, [])  # type: ignore[arg-type]
+        build_companion(PLAN, [])
     with pytest.raises(ValueError, match="twice"):
-        build_companion(PLAN, [SegmentDoc(1, 0, None, {}, None)] * 2)  # type: ignore[arg-type]
+        build_companion(PLAN, [SegmentDoc(1, 0, None, {}, None)] * 2)
 
 
 # ---------------------------------------------------------------- glue to stored records
@@ -679,10 +787,59 @@ def test_docs_from_records_decodes_like_the_scan() -> None:
     assert [d.version for d in docs] == [1, 2, 2]
     assert [d.routing_key for d in docs] == ["u1", None, None]
     assert docs[2].value is UNDECODABLE
-    comp = Companion.from_bytes(build_companion(PLAN, docs))  # type: ignore[arg-type]
+    comp = Companion.from_bytes(build_companion(PLAN, docs))
     assert comp.candidates(_parse("svc:api OR svc:web-1")) == {0, 1}
     assert comp.candidates(_parse("ts:>=6")) == {1}
     assert comp.candidates(_parse("-has:svc")) == {2}
     assert (comp.min_ts, comp.max_ts) == (1011, 1013)
     assert companion_key("streams/x/segments/0001.seg") == "streams/x/segments/0001.seg.cix"
     assert isinstance(_parse("has:note"), Has)
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(1, 5)), max_size=6).map(sorted),
+    st.integers(0, 40),
+)
+def test_version_at_is_schema_version_at(bounds: list[tuple[int, int]], seq: int) -> None:
+    reg = {"boundaries": [{"offset": encode_offset(0, s), "version": v} for s, v in bounds]}
+    want = schema.version_at(reg, seq, key=schema_seq)
+    assert version_at(reg, seq) == want
+
+
+def schema_seq(offset: str) -> int:
+    from headwater.durable.offsets import Offset, decode_offset
+
+    off = decode_offset(offset)
+    return off.seq if isinstance(off, Offset) else 0
+
+
+def test_index_imports_only_pure_modules() -> None:
+    """The Glue job has orjson but not jsonschema: importing the index package must not pull
+    in durable.schema (nor the request path)."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=f"{root / 'layers' / 'headwater'}{os.pathsep}{root}")
+    code = (
+        "import sys, headwater.index.companion, headwater.index.plan\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('jsonschema', 'boto3',"
+        " 'botocore', 'aioboto3') or m in ('headwater.durable.schema',"
+        " 'headwater.durable.search', 'headwater.durable.aggregate') or"
+        " m.startswith('headwater.http'))\n"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_builder_inputs_survive_pickling() -> None:
+    """Spark ships the plan and the docs to executors by pickling them."""
+    import pickle
+
+    docs = _fixed_docs()[:40]
+    plan = pickle.loads(pickle.dumps(PLAN))
+    moved = pickle.loads(pickle.dumps(docs))
+    assert moved[0].value is UNDECODABLE
+    assert plan == PLAN and plan.generation == PLAN.generation
+    assert build_companion(plan, moved) == build_companion(PLAN, docs)

@@ -36,11 +36,9 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from headwater import jsoncodec
-from headwater.durable import schema
-from headwater.durable.aggregate import Rollup, _Summary, interval_ms
 from headwater.durable.filter import (
     And,
     Compare,
@@ -57,6 +55,15 @@ from headwater.durable.filter import (
 from headwater.durable.offsets import Offset, decode_offset
 from headwater.engine.records import StoredRecord
 from headwater.index.plan import FORMAT_VERSION, IndexPlan, canonical_json, field_fingerprint
+
+if TYPE_CHECKING:
+    from headwater.durable.aggregate import Rollup, _Summary
+
+# Import discipline: this module (and index.plan) import only pure modules (durable.filter,
+# durable.offsets, engine.records, jsoncodec -> orjson), so the Glue job can import it with
+# orjson alone. Rollup semantics are durable/aggregate.py's own (Rollup.contribution,
+# _Summary); that module pulls in durable.schema (jsonschema), so it is imported lazily,
+# only when a plan has rollups or rollup windows are read.
 
 MAGIC: Final = b"HWCIX\x00"
 COMPANION_SUFFIX: Final = ".cix"
@@ -83,6 +90,9 @@ class _Undecodable:
     def __repr__(self) -> str:
         return "UNDECODABLE"
 
+    def __reduce__(self) -> str:
+        return "UNDECODABLE"  # unpickles (e.g. on a Spark executor) as the same singleton
+
 
 UNDECODABLE: Final = _Undecodable()
 """A record whose data is not JSON: it has no field values (like ``search.scan``'s None)."""
@@ -108,6 +118,15 @@ def _boundary_seq(offset: str) -> int:
     return off.seq if isinstance(off, Offset) else 0
 
 
+def version_at(registry: Mapping[str, Any], seq: int) -> int:
+    """``schema.version_at(registry, seq, key=<offset -> seq>)`` without importing
+    durable.schema: the version of the last boundary whose offset's seq is < `seq` (0 when
+    none); with equal offsets the later boundary wins."""
+    boundaries: list[Mapping[str, Any]] = list(registry.get("boundaries", []))
+    index = bisect.bisect_left(boundaries, seq, key=lambda b: _boundary_seq(b["offset"]))
+    return 0 if index == 0 else int(boundaries[index - 1]["version"])
+
+
 def docs_from_records(
     records: Iterable[StoredRecord], registry: Mapping[str, Any]
 ) -> list[SegmentDoc]:
@@ -119,7 +138,7 @@ def docs_from_records(
             value: object = jsoncodec.loads(rec.data_raw)
         except ValueError:
             value = UNDECODABLE
-        version = schema.version_at(registry, rec.seq, key=_boundary_seq) if registry else 0
+        version = version_at(registry, rec.seq) if registry else 0
         key = None
         if rec.tag_json is not None:
             tag = json.loads(rec.tag_json)
@@ -141,6 +160,8 @@ def _exact_key(v: Any) -> Any:
 
 def _rollup_evaluator(registry: Mapping[str, Any], name: str, interval: str) -> Rollup:
     """``aggregate.Rollup`` for every timestamp (its contribution() is the semantics)."""
+    from headwater.durable.aggregate import Rollup, interval_ms
+
     step = interval_ms(interval)
     r = Rollup({"rollup": name, "from": 0, "to": step, "interval": interval}, registry)
     r.from_ms, r.to_ms = -(2**63), 2**63
@@ -254,6 +275,8 @@ def _build_fts(spec: FieldSpec, values: list[object], versions: list[int | None]
 def _build_rollup(
     plan: IndexPlan, name: str, values: list[object], versions: list[int | None]
 ) -> dict[str, Any]:
+    from headwater.durable.aggregate import _Summary
+
     cfg = plan.registry["search"]["rollups"][name]
     intervals: dict[str, Any] = {}
     dims: list[str] = []
@@ -628,8 +651,12 @@ class Companion:
         [from_ms, to_ms), grouped by `group_by` (dimensions of the rollup) with the
         `measures` (default: all), in ``aggregate.run_aggregate``'s ``buckets`` shape:
         window start -> group key JSON -> (group key, measure -> int count | _Summary).
-        Valid only for a request without ``q``. Raises KeyError for a rollup/interval the
-        companion does not hold (it was built under another plan)."""
+        Valid only for a request without ``q``. Counts, min, max and histograms equal a
+        scan's; a float ``sum`` is added per stored group and then across groups, so it can
+        differ from a scan's record-by-record sum in the last bits. Raises KeyError for a
+        rollup/interval the companion does not hold (it was built under another plan)."""
+        from headwater.durable.aggregate import _Summary
+
         agg = self._section("agg")
         if not agg or rollup not in agg["rollups"]:
             raise KeyError(f"companion has no rollup {rollup!r}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from headwater.durable.filter import (
@@ -42,9 +42,9 @@ from headwater.durable.filter import (
     Predicate,
     Prefix,
     Text,
+    fields_from_config,
     parse_query,
 )
-from headwater.durable.schema import search_fields
 
 FORMAT_VERSION: Final = 1
 FAMILIES: Final = ("rk", "exact", "col", "fts", "agg")
@@ -102,7 +102,7 @@ class IndexPlan:
     """What a companion built for this stream contains. ``registry`` is kept because rollup
     evaluation compiles the rollups' ``include`` filters against it."""
 
-    registry: Mapping[str, Any]
+    registry: Mapping[str, Any] = field(compare=False, repr=False)
     routing_keys: bool
     exact: tuple[FieldSpec, ...]
     col: tuple[FieldSpec, ...]
@@ -118,7 +118,7 @@ class IndexPlan:
     def from_registry(cls, registry: Mapping[str, Any]) -> IndexPlan | None:
         """The plan for a (validated) schema registry; None when no family applies."""
         search: Mapping[str, Any] = registry.get("search") or {}
-        fields = search_fields(registry)
+        fields = fields_from_config(search) if search else {}
         declared = {n: s for n, s in sorted(fields.items()) if s.name == n}
         exact = tuple(s for s in declared.values() if s.exact or (s.kind == "keyword" and s.prefix))
         col = tuple(s for s in declared.values() if s.column and s.kind != "text")

@@ -275,7 +275,12 @@ def test_aggregates_use_the_companions_rollups_and_equal_a_scan(
             "interval": "1m",
             "group_by": ["err"],
         },
-        {"rollup": "errs", "from": aligned_from, "to": aligned_from + 90 * minute, "interval": "1m"},
+        {
+            "rollup": "errs",
+            "from": aligned_from,
+            "to": aligned_from + 90 * minute,
+            "interval": "1m",
+        },
     ]
     indexed = []
     for body in requests:

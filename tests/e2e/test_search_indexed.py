@@ -59,7 +59,9 @@ def test_a_running_server_indexes_sealed_segments_and_searches_through_them(
         else:
             raise AssertionError(f"not indexed within 60 s: {status}")
         lag_s = time.monotonic() - started
-        print(f"\nindexed {companions['covered_segment_count']} segments {lag_s:.1f} s after append")
+        print(
+            f"\nindexed {companions['covered_segment_count']} segments {lag_s:.1f} s after append"
+        )
         # ...and a search reads them through their companions: only matching entries
         q = {"q": "service:checkout status:>=500", "size": 200}
         got = http.post(f"{base}/_search", json=q).json()

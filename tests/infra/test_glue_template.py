@@ -1,7 +1,8 @@
-"""template.yaml declares the rollup Glue job the way glue_jobs/ expects: Glue 5.0 (Spark 3.5,
+"""template.yaml declares the Glue jobs the way glue_jobs/ expects: Glue 5.0 (Spark 3.5,
 Python 3), the local script uploaded by `sam package`, the data bucket as --bucket, a scheduled
-trigger, and a role scoped to segments/ (read) and rollups/ (write). The dev pin of pyspark
-matches Glue 5.0's Spark."""
+trigger each, the rollup job's role scoped to segments/ (read) and rollups/ (write), the index
+job's to segments/ and registries/ (read), companions (write) and catalogue items. The dev pin
+of pyspark matches Glue 5.0's Spark."""
 
 from __future__ import annotations
 
@@ -16,9 +17,69 @@ pytestmark = pytest.mark.infra
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _only(template: dict[str, Any], kind: str) -> tuple[str, dict[str, Any]]:
-    [(name, res)] = [(k, v) for k, v in template["Resources"].items() if v["Type"] == kind]
-    return name, res["Properties"]
+JOBS = {"RollupJob": "glue_jobs/rollup_job.py", "IndexJob": "glue_jobs/index_job.py"}
+
+
+def _only(
+    template: dict[str, Any], kind: str, job: str = "RollupJob"
+) -> tuple[str, dict[str, Any]]:
+    """The resource of `kind` that is, or targets, Glue job `job`."""
+    found = []
+    for k, v in template["Resources"].items():
+        if v["Type"] != kind:
+            continue
+        props = v["Properties"]
+        if k == job or props.get("Actions") == [{"JobName": {"Ref": job}}]:
+            found.append((k, props))
+    [(name, props)] = found
+    return name, props
+
+
+def test_the_glue_jobs_are_exactly_these(template: dict[str, Any]) -> None:
+    jobs = {k for k, v in template["Resources"].items() if v["Type"] == "AWS::Glue::Job"}
+    assert jobs == set(JOBS)
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_each_job_is_glue_5_python_3_with_its_script_and_schedule(
+    template: dict[str, Any], name: str
+) -> None:
+    _, job = _only(template, "AWS::Glue::Job", name)
+    assert job["GlueVersion"] == "5.0"
+    assert job["Command"]["ScriptLocation"] == JOBS[name]
+    assert (REPO / JOBS[name]).is_file()
+    assert job["DefaultArguments"]["--bucket"] == {"Ref": "DataBucket"}
+    assert job["DefaultArguments"]["--resource-prefix"] == {"Fn::Sub": "${AWS::StackName}"}
+    assert job["ExecutionProperty"]["MaxConcurrentRuns"] == 1
+    _, trigger = _only(template, "AWS::Glue::Trigger", name)
+    assert trigger["Type"] == "SCHEDULED" and trigger["Schedule"].startswith("cron(")
+
+
+def test_index_job_role_reads_segments_and_registries_and_writes_only_companions(
+    template: dict[str, Any],
+) -> None:
+    _, job = _only(template, "AWS::Glue::Job", "IndexJob")
+    # the index code imports jsonschema (durable.schema, for rollups): Glue must install it
+    modules = job["DefaultArguments"]["--additional-python-modules"].split(",")
+    pins = (REPO / "requirements.txt").read_text()
+    assert {m.split("==")[0] for m in modules} == {"orjson", "jsonschema"}
+    assert all(m in pins for m in modules), modules
+    role = template["Resources"][job["Role"]["Fn::GetAtt"][0]]["Properties"]
+    [policy] = role["Policies"]
+    statements = policy["PolicyDocument"]["Statement"]
+    puts = [s for s in statements if "s3:PutObject" in _list(s["Action"])]
+    assert [s["Resource"] for s in puts] == [{"Fn::Sub": "${DataBucket.Arn}/segments/*.cix"}]
+    reads = [
+        r for s in statements if "s3:GetObject" in _list(s["Action"]) for r in _list(s["Resource"])
+    ]
+    assert {"Fn::Sub": "${DataBucket.Arn}/segments/*"} in reads
+    assert {"Fn::Sub": "${DataBucket.Arn}/registries/*"} in reads
+    assert not any("s3:DeleteObject" in _list(s["Action"]) for s in statements)
+    writes = [s for s in statements if "dynamodb:PutItem" in _list(s["Action"])]
+    assert len(writes) == 1
+    assert writes[0]["Resource"] == {"Fn::GetAtt": ["IndexTable", "Arn"]}
+    leading = writes[0]["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+    assert leading == ["c#*"]  # catalogue items only
 
 
 def test_glue_job_is_glue_5_python_3_reading_the_data_bucket(template: dict[str, Any]) -> None:

@@ -27,13 +27,13 @@ from headwater.durable.filter import FilterError, Has, Predicate, parse_query
 from headwater.durable.offsets import encode_offset
 from headwater.durable.schema import search_fields
 from headwater.engine.records import StoredRecord
+from headwater.engine.segment import companion_key
 from headwater.index.companion import (
     UNDECODABLE,
     Companion,
     CompanionError,
     SegmentDoc,
     build_companion,
-    companion_key,
     docs_from_records,
     full_span,
     version_at,

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from headwater.engine.segment import decode_segment
-from headwater.index.companion import build_companion, companion_key, docs_from_records
+from headwater.engine.segment import companion_key, decode_segment
+from headwater.index.companion import build_companion, docs_from_records
 from headwater.index.plan import IndexPlan
 from headwater.storage.index_catalogue import Catalogue
 from headwater.storage.ports import Head, SegmentItem

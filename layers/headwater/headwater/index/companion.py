@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 # only when a plan has rollups or rollup windows are read.
 
 MAGIC: Final = b"HWCIX\x00"
-COMPANION_SUFFIX: Final = ".cix"
+COMPANION_SUFFIX: Final = ".cix"  # = engine.segment.COMPANION_SUFFIX (companion_key)
 _HEADER: Final = struct.Struct("<6sH32sQQIqqHH")  # 80 bytes
 _ENTRY: Final = struct.Struct("<8sQQI")  # 28 bytes per section
 _CRC: Final = struct.Struct("<I")
@@ -106,11 +106,6 @@ class SegmentDoc(NamedTuple):
     routing_key: str | None
     value: object  # the decoded JSON value, or UNDECODABLE
     version: int | None  # schema version of the stored value (None/0: newest bindings)
-
-
-def companion_key(segment_key: str) -> str:
-    """The S3 key of a segment's companion: next to the segment."""
-    return segment_key + COMPANION_SUFFIX
 
 
 def _boundary_seq(offset: str) -> int:

@@ -16,7 +16,9 @@ and bench_flags (feature-flag manifests: publish -> delta latency over 100 SSE c
 closure builds of a 1,000-flag namespace) and bench_dashboard (the /api/v2 feed: ingest ->
 sentiment_update latency on the ingesting and on another process with 1/10/50 streams,
 ingest -> metrics, ingest throughput) and bench_stalled (a normal client's latency with
-200 never-reading SSE clients and 200 slowloris sockets) run on moto only.
+200 never-reading SSE clients and 200 slowloris sockets) and bench_search (/v1 _search,
+_aggregate and _routing_keys through index families vs a forced scan, index build throughput,
+seal -> coverage lag) run on moto only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from bench import (
     bench_live,
     bench_notify,
     bench_queue,
+    bench_search,
     bench_stalled,
     bench_tiering,
     bench_v0,
@@ -131,6 +134,21 @@ def main(argv: list[str] | None = None) -> int:
         stalled = bench_stalled.main(forwarded)
         missed += missed_targets(stalled, "stalled")
         errors += failed_requests(stalled)
+        print("\n######## bench search (index families vs forced scan, index builds) on moto")
+        search = bench_search.main(forwarded)
+        missed += [
+            f"{q['name']}-{what}@search"
+            for q in search["queries"]
+            for what in ("p50", "speedup")
+            if q["target"][f"{what}_met"] is False
+        ]
+        missed += [
+            f"build-{name}@search"
+            for name, b in search["index_build"].items()
+            if b.get("target_met") is False
+        ]
+        # a wrong answer through the families (vs the scan) counts as a failed request
+        errors += sum(1 for q in search["queries"] if q["results_equal"] is False)
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -46,6 +46,7 @@ SEARCH: dict[str, Any] = {
         "msg": {
             "kind": "text",
             "bindings": [{"version": 1, "jsonPointer": "/msg"}],
+            "analyzer": "unicode_word_v1",
             "positions": True,
         },
     },

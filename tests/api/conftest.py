@@ -5,6 +5,7 @@ fresh resource prefix, so tests never see each other's topics."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from api_helpers import MakeClient
 from starlette.testclient import TestClient
 
+from headwater.dev.emulator import ENDPOINT_VARS
 from headwater.http.app import create_app
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings, Tiering
 from headwater.storage.bootstrap import ensure_resources
@@ -23,6 +25,10 @@ from headwater.storage.clients import AwsClients
 def aws() -> Iterator[AwsClients]:
     from moto import mock_aws
 
+    # In-process moto intercepts AWS's own endpoints only: an emulator endpoint left in the
+    # environment by another module on this worker would send these clients elsewhere.
+    for var in ENDPOINT_VARS:
+        os.environ.pop(var, None)
     with mock_aws():
         yield AwsClients.create(Settings())
 

@@ -90,7 +90,8 @@ def test_app_functions_get_the_dashboard_settings(template: dict[str, Any], name
 
 
 def test_rollup_job_counts_the_dashboard_topic(template: dict[str, Any]) -> None:
-    [job] = [r for r in template["Resources"].values() if r["Type"] == "AWS::Glue::Job"]
+    job = template["Resources"]["RollupJob"]
+    assert job["Type"] == "AWS::Glue::Job"
     args = job["Properties"]["DefaultArguments"]
     assert args["--sentiment-topics"] == {"Ref": "DashboardTopic"}
 

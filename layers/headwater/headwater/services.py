@@ -45,6 +45,7 @@ from headwater.storage.clients import AwsClients
 from headwater.storage.dashboard_configs import DynamoConfigStore
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 from headwater.storage.flag_slots import DynamoFlagSlots
+from headwater.storage.index_catalogue import DynamoIndexCatalogue
 from headwater.storage.leases import DynamoLeaseStore
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.routers import DynamoRouterStore
@@ -181,9 +182,11 @@ class Services:
     shutting_down: bool = False
     streams: DurableStreams = field(init=False)
     dashboard: DashboardService = field(init=False)
+    index_catalogue: DynamoIndexCatalogue = field(init=False)
 
     def __post_init__(self) -> None:
         self.streams = DurableStreams(self.engine, self.engine.clock)
+        self.index_catalogue = DynamoIndexCatalogue(self.clients.dynamodb, self.settings)
         self.dashboard = DashboardService(
             self.engine,
             self.settings.dashboard,

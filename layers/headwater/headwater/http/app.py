@@ -40,7 +40,6 @@ from headwater.notify.service import load_notification_schema
 from headwater.services import LazyServices
 from headwater.settings import ENV_API_KEYS, ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.clients import AwsClients
-from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ def create_app(
             local = LocalIndexer(
                 svc.engine,
                 svc.upkeep.segments,
-                DynamoIndexCatalogue(svc.clients.dynamodb, settings),
+                svc.index_catalogue,
             )
             indexer = loop.create_task(local.timer(interval_ms / 1000))
         yield

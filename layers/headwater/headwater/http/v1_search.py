@@ -19,7 +19,6 @@ from headwater.http.auth import Principal
 from headwater.index.plan import IndexPlan
 from headwater.index.reader import open_index
 from headwater.services import Services
-from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
 DETAILS_DEFAULT_WAIT_MS = 3000  # §7B: default long-poll wait
 DETAILS_WAIT_CAP_MS = 4000  # inside the 5 s resolver cap
@@ -79,14 +78,14 @@ async def route(
     if sub == "_search":
         raw = await _search_params(request)
         req = search.parse_request(raw, reg, from_query=method == "GET")
-        catalogue = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        catalogue = svc.index_catalogue
         index = await _capped(open_index(svc.engine, catalogue, head, reg))
         pruner = index.pruner(req.query) if index is not None else None
         status, body = await _capped(search.run_search(streams, name, head, reg, req, pruner))
         return _json(body, status, search.search_headers(body))
     if sub == "_aggregate":
         rollup = aggregate.parse(await _json_body(request, "_aggregate"), reg)
-        catalogue = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        catalogue = svc.index_catalogue
         index = await _capped(open_index(svc.engine, catalogue, head, reg))
         status, body = await _capped(
             aggregate.run_aggregate(streams, name, head, reg, rollup, index)
@@ -102,7 +101,7 @@ async def route(
                 raise InvalidRequest(f"limit must be an integer 1..{inspect.ROUTING_MAX_LIMIT}")
             limit = int(raw_limit)
         after = _one(request, "after")
-        catalogue = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        catalogue = svc.index_catalogue
         index = await _capped(open_index(svc.engine, catalogue, head, reg))
         body = await _capped(inspect.routing_keys(streams, head, reg, limit, after, index))
         return _json(body, 200, {"Cache-Control": "no-store"})
@@ -145,7 +144,7 @@ async def _describe(svc: Services, name: str, sub: str) -> tuple[Any, dict[str, 
     plan = IndexPlan.from_registry(reg)
     catalogue = None
     if plan is not None:
-        cat = DynamoIndexCatalogue(svc.clients.dynamodb, svc.settings)
+        cat = svc.index_catalogue
         catalogue = await svc.engine.run_io(cat.get, head.topic, head.epoch)
     gen = plan.generation if plan is not None else None
     now = streams.clock()

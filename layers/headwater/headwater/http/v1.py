@@ -265,27 +265,21 @@ async def list_streams(request: Request) -> Response:
 @router.get("/v1/server/_details")
 async def server_details(request: Request) -> Response:
     """§7B server details: configured limits and live state of this process (read scope)."""
-    from headwater.http import v1_search
-
-    svc = services(request)
-    authorize(request, svc, "read")
-    body = v1_search.server_details(svc)
-    return Response(
-        jsoncodec.dumps(body),
-        200,
-        headers={"Cache-Control": "no-store"},
-        media_type="application/json",
-    )
+    return _server_view(request, "details")
 
 
 @router.get("/v1/server/_mem")
 async def server_mem(request: Request) -> Response:
     """§7B compact memory snapshot of this process (read scope)."""
+    return _server_view(request, "mem")
+
+
+def _server_view(request: Request, which: str) -> Response:
     from headwater.http import v1_search
 
     svc = services(request)
     authorize(request, svc, "read")
-    body = v1_search.server_mem(svc)
+    body = v1_search.server_details(svc) if which == "details" else v1_search.server_mem(svc)
     return Response(
         jsoncodec.dumps(body),
         200,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
@@ -68,17 +68,23 @@ def _histogram_bucket(v: float) -> str:
     return str(2 ** math.floor(math.log2(max(1.0, abs(v)))))
 
 
-def _percentile(hist: Mapping[str, int], p: float) -> float | None:
+def _percentiles(hist: Mapping[str, int], ps: Sequence[float]) -> list[float | None]:
+    """The bucket (a power of two) holding each quantile in `ps` (ascending), one pass."""
     entries = sorted((float(k), n) for k, n in hist.items() if n > 0)
     total = sum(n for _, n in entries)
     if not total:
-        return None
+        return [None] * len(ps)
+    out: list[float | None] = []
     seen = 0
+    i = 0
     for bucket, n in entries:
         seen += n
-        if seen >= total * p:
-            return int(bucket) if bucket.is_integer() else bucket
-    return entries[-1][0]
+        while i < len(ps) and seen >= total * ps[i]:
+            out.append(int(bucket) if bucket.is_integer() else bucket)
+            i += 1
+    last = entries[-1][0]
+    out.extend([int(last) if last.is_integer() else last] * (len(ps) - i))
+    return out
 
 
 class _Summary:
@@ -104,15 +110,16 @@ class _Summary:
                 self.hist[k] = self.hist.get(k, 0) + n
 
     def body(self) -> dict[str, Any]:
+        p50, p95, p99 = _percentiles(self.hist, (0.5, 0.95, 0.99)) if self.hist else (None,) * 3
         return {
             "count": self.count,
             "sum": self.sum,
             "min": self.min,
             "max": self.max,
             "avg": self.sum / self.count if self.count else None,
-            "p50": _percentile(self.hist, 0.5) if self.hist else None,
-            "p95": _percentile(self.hist, 0.95) if self.hist else None,
-            "p99": _percentile(self.hist, 0.99) if self.hist else None,
+            "p50": p50,
+            "p95": p95,
+            "p99": p99,
             "histogram": dict(sorted(self.hist.items(), key=lambda kv: float(kv[0])))
             if self.hist
             else None,
@@ -285,13 +292,11 @@ class _RollupsFromIndex:
                     if isinstance(v, int):
                         acc[m] = acc.get(m, 0) + v
                     elif v.count:
-                        acc.setdefault(m, _Summary()).add(
-                            v.count,
-                            v.sum,
-                            v.min,
-                            v.max,
-                            v.hist,
-                        )
+                        mine = acc.get(m)
+                        if mine is None:
+                            acc[m] = v  # windows_of built it for this request: adopt it
+                        else:
+                            mine.add(v.count, v.sum, v.min, v.max, v.hist)
         if self.aligned:
             return frozenset()  # every window is full: nothing to read
         self.answered.append((seg.first_seq, seg.last_seq))

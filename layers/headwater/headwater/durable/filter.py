@@ -163,7 +163,7 @@ def json_pointer_get(doc: object, pointer: str) -> object:
     """
     current = doc
     for token in parse_json_pointer(pointer):
-        if isinstance(current, Mapping):
+        if type(current) is dict or isinstance(current, Mapping):  # dict first: the ABC is slow
             if token not in current:
                 return MISSING
             current = current[token]
@@ -255,6 +255,9 @@ class FieldSpec:
 
     def pointer_for(self, version: int | None) -> str | None:
         """Pointer for documents of schema ``version`` (newest binding if ``None``)."""
+        if len(self.bindings) == 1:  # the common case, on every value read
+            only = self.bindings[0]
+            return only.pointer if version is None or only.version <= version else None
         if version is None:
             return self.pointer
         usable = [b for b in self.bindings if b.version <= version]
@@ -268,6 +271,9 @@ class FieldSpec:
         raw = json_pointer_get(doc, pointer)
         if raw is MISSING:
             return []
+        if type(raw) is not list and type(raw) is not tuple:  # a scalar: the common case
+            one = _doc_value(self, raw)
+            return [] if one is None else [one]
         out: list[Scalar] = []
         for item in _flatten(raw):
             value = _doc_value(self, item)

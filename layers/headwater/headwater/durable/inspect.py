@@ -9,6 +9,7 @@ docs/durable-streams.md)."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -39,14 +40,52 @@ class KeyIndex(Protocol):
     async def keys_of(self, seg: SegmentItem) -> Sequence[str] | None: ...
 
 
+class _Page:
+    """The first `size` distinct keys (in order) greater than `after` seen so far: a page
+    of routing keys plus one, to tell whether a next page exists."""
+
+    def __init__(self, after: str | None, size: int) -> None:
+        self.after, self.size = after, size
+        self.keys: set[str] = set()
+        self.bound: str | None = None  # the largest kept key once the page is full
+
+    def add(self, key: str) -> None:
+        if (self.after is not None and key <= self.after) or key in self.keys:
+            return
+        if self.bound is not None and key >= self.bound:
+            return
+        self.keys.add(key)
+        if len(self.keys) >= 2 * self.size:  # trim in batches: sorting per key is quadratic
+            self._trim()
+
+    def add_sorted(self, keys: Sequence[str]) -> None:
+        """A segment's key list (sorted): only its first `size` keys past `after` can be
+        in the page."""
+        i = bisect.bisect_right(keys, self.after) if self.after is not None else 0
+        for key in keys[i : i + self.size]:
+            if self.bound is not None and key >= self.bound:
+                break
+            self.keys.add(key)
+        if len(self.keys) > self.size:
+            self._trim()
+
+    def _trim(self) -> None:
+        kept = sorted(self.keys)[: self.size]
+        self.keys = set(kept)
+        self.bound = kept[-1]
+
+    def sorted(self) -> list[str]:
+        return sorted(self.keys)[: self.size]
+
+
 class _KeysFromIndex:
     """A scan pruner that answers a segment from its companion's routing keys (adding them
     to the page) and so skips reading it; a segment without one is scanned."""
 
     families: frozenset[str] = frozenset({"rk"})
 
-    def __init__(self, index: KeyIndex, after: str | None, keys: set[str], limit: int) -> None:
-        self.index, self.after, self.keys, self.limit = index, after, keys, limit
+    def __init__(self, index: KeyIndex, page: _Page) -> None:
+        self.index, self.page = index, page
         self.ms = 0
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
@@ -55,11 +94,7 @@ class _KeysFromIndex:
         self.ms += round((monotonic() - t0) * 1000)
         if got is None:
             return None
-        for key in got:
-            if self.after is None or key > self.after:
-                self.keys.add(key)
-        while len(self.keys) > self.limit + 1:
-            self.keys.remove(max(self.keys))
+        self.page.add_sorted(got)
         return frozenset()
 
 
@@ -79,27 +114,25 @@ async def routing_keys(
         raise SearchError("_routing_keys needs a schema that declares routingKey")
     deadline = Deadline(ROUTING_TIMEOUT_MS)
     cov = Coverage(head, await streams.segments(head))
-    keys: set[str] = set()
+    found = _Page(after, limit + 1)  # one past the page: is there a next page
     scanned_bytes = 0
     capped = False
     t0 = monotonic()
-    from_index = _KeysFromIndex(index, after, keys, limit) if index is not None else None
+    from_index = _KeysFromIndex(index, found) if index is not None else None
     async for doc in scan(streams, cov, deadline, None, 0, head.head_seq, "asc", from_index):
         scanned_bytes += len(doc.rec.data_raw)
         tag = doc.rec.tag_json
         if tag is not None:
             key = json.loads(tag)
-            if isinstance(key, str) and (after is None or key > after):
-                keys.add(key)
-                if len(keys) > limit + 1:  # one past the page: is there a next page
-                    keys.remove(max(keys))
+            if isinstance(key, str):
+                found.add(key)
         if scanned_bytes >= ROUTING_SCAN_CAP and doc.rec.seq < head.head_seq:
             capped = True
             cov.missing.append((doc.rec.seq, head.head_seq))
             break
     scan_ms = round((monotonic() - t0) * 1000)
     index_ms = from_index.ms if from_index is not None else 0
-    page = sorted(keys)
+    page = found.sorted()
     complete = not cov.missing
     more = len(page) > limit
     page = page[:limit]

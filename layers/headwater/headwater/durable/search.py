@@ -41,6 +41,7 @@ MAX_SIZE: Final = 500  # ...and its cap
 TIMEOUT_CAP_MS: Final = 3000  # §8.6: the effective timeout is clamped to <= 3000 ms
 WINDOW_RECORDS: Final = 512  # records per newest-first window / forward page
 WINDOW_BYTES: Final = 4 << 20
+CANDIDATE_BATCH: Final = 256  # an indexed segment's candidates read per engine call
 BODY_KEYS: Final = frozenset({"q", "size", "sort", "search_after", "timeout_ms"})
 
 # The clock the cooperative deadline reads (seconds); tests replace it to make a deadline
@@ -164,10 +165,11 @@ async def scan(
 
     `pruner`: what the index families say of each sealed segment (the seqs in it that may
     match the query, or None: no usable companion). A segment with none is skipped unread;
-    one with some is read and only those entries are decoded and yielded (the caller still
-    evaluates them: candidates may be a superset); the unsealed tail is always scanned."""
+    of one with some only the blocks holding them are read, and only they are decoded and
+    yielded (the caller still evaluates them: candidates may be a superset); the unsealed
+    tail is always scanned."""
     if pruner is None:
-        async for doc in _scan_range(streams, cov, deadline, reg, lo, hi, order, None):
+        async for doc in _scan_range(streams, cov, deadline, reg, lo, hi, order):
             yield doc
         return
     for p_lo, p_hi, seg in _pieces(cov, lo, hi, order):
@@ -177,10 +179,14 @@ async def scan(
             cov.index_families_used.update(pruner.families)
             if not any(p_lo < q <= p_hi for q in allowed):
                 continue
-        elif seg is not None:
-            cov.scanned_segments.add(seg.last_seq)
-        async for doc in _scan_range(streams, cov, deadline, reg, p_lo, p_hi, order, allowed):
-            yield doc
+            picked = _read_candidates(streams, cov, deadline, reg, p_lo, p_hi, order, allowed)
+            async for doc in picked:
+                yield doc
+        else:
+            if seg is not None:
+                cov.scanned_segments.add(seg.last_seq)
+            async for doc in _scan_range(streams, cov, deadline, reg, p_lo, p_hi, order):
+                yield doc
         if cov.timed_out:
             if order == "asc":
                 cov.missing.append((p_hi, hi))
@@ -210,6 +216,39 @@ def _pieces(
     return out if order == "asc" else out[::-1]
 
 
+async def _read_candidates(
+    streams: DurableStreams,
+    cov: Coverage,
+    deadline: Deadline,
+    reg: Mapping[str, Any] | None,
+    lo: int,
+    hi: int,
+    order: Literal["asc", "desc"],
+    allowed: frozenset[int],
+) -> AsyncIterator[Doc]:
+    """The candidate entries of an indexed segment in (lo, hi], in `order`: only the
+    blocks holding them are read (and decoded once, in the frame cache)."""
+    want = sorted(q for q in allowed if lo < q <= hi)
+    if order == "desc":
+        want.reverse()
+    for at in range(0, len(want), CANDIDATE_BATCH):
+        batch = want[at : at + CANDIDATE_BATCH]
+        if deadline.passed():
+            cov.timed_out = True
+            cov.missing.append((batch[0] - 1, hi) if order == "asc" else (lo, batch[0]))
+            return
+        recs = await streams.read_entries(cov.head, sorted(batch))
+        if order == "desc":
+            recs.reverse()
+        for rec in recs:
+            try:
+                value = jsoncodec.loads(rec.data_raw)
+            except ValueError:
+                value = None  # not JSON (a JSON stream never stores one): matches nothing
+            version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
+            yield Doc(rec, value, version or None)
+
+
 async def _scan_range(
     streams: DurableStreams,
     cov: Coverage,
@@ -218,7 +257,6 @@ async def _scan_range(
     lo: int,
     hi: int,
     order: Literal["asc", "desc"],
-    allowed: frozenset[int] | None,
 ) -> AsyncIterator[Doc]:
     head = cov.head
     while lo < hi:
@@ -250,16 +288,13 @@ async def _scan_range(
                 else:
                     cov.missing.append((lo, rec.seq))
                 return
-            if allowed is not None and rec.seq not in allowed:
-                continue  # the segment's companion rules it out
             t0 = monotonic()
             try:
                 value = jsoncodec.loads(rec.data_raw)
             except ValueError:
                 value = None  # not JSON (a JSON stream never stores one): matches nothing
             version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
-            if allowed is None:  # an indexed segment's reads count as indexed, not scanned
-                cov.note(rec.seq, monotonic() - t0)
+            cov.note(rec.seq, monotonic() - t0)
             yield Doc(rec, value, version or None)
         if order == "asc":
             lo = nxt

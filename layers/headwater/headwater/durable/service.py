@@ -14,7 +14,7 @@ import logging
 import random
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -787,6 +787,15 @@ class DurableStreams:
             return await self._compose(
                 head, after, min(upto, head.head_seq), limit, max_bytes, None
             )
+        except TopicNotFound:
+            raise StreamNotFound(name_of(head.topic)) from None
+
+    async def read_entries(self, head: Head, seqs: Sequence[int]) -> list[StoredRecord]:
+        """The entries at `seqs` (ascending) of the stream's own log (seqs of its own sealed
+        segments: a fork's inherited entries are not in it), deleted ones left out: the
+        index families' candidates, read block by block."""
+        try:
+            return await self.engine.read_seqs(head, seqs)
         except TopicNotFound:
             raise StreamNotFound(name_of(head.topic)) from None
 

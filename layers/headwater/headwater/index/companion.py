@@ -113,13 +113,24 @@ def _boundary_seq(offset: str) -> int:
     return off.seq if isinstance(off, Offset) else 0
 
 
+class _Versions:
+    """``version_at`` for many seqs: the boundaries' seqs decoded once."""
+
+    def __init__(self, registry: Mapping[str, Any]) -> None:
+        boundaries: list[Mapping[str, Any]] = list(registry.get("boundaries", []))
+        self.seqs = [_boundary_seq(b["offset"]) for b in boundaries]
+        self.versions = [int(b["version"]) for b in boundaries]
+
+    def at(self, seq: int) -> int:
+        index = bisect.bisect_left(self.seqs, seq)
+        return 0 if index == 0 else self.versions[index - 1]
+
+
 def version_at(registry: Mapping[str, Any], seq: int) -> int:
     """``schema.version_at(registry, seq, key=<offset -> seq>)`` without importing
     durable.schema: the version of the last boundary whose offset's seq is < `seq` (0 when
     none); with equal offsets the later boundary wins."""
-    boundaries: list[Mapping[str, Any]] = list(registry.get("boundaries", []))
-    index = bisect.bisect_left(boundaries, seq, key=lambda b: _boundary_seq(b["offset"]))
-    return 0 if index == 0 else int(boundaries[index - 1]["version"])
+    return _Versions(registry).at(seq)
 
 
 def docs_from_records(
@@ -128,12 +139,13 @@ def docs_from_records(
     """Builder input from stored records, decoded exactly as ``search.scan`` decodes them
     (value, schema version by boundary) and keyed like ``_routing_keys`` (the record tag)."""
     out: list[SegmentDoc] = []
+    versions = _Versions(registry) if registry else None
     for rec in records:
         try:
             value: object = jsoncodec.loads(rec.data_raw)
         except ValueError:
             value = UNDECODABLE
-        version = version_at(registry, rec.seq) if registry else 0
+        version = versions.at(rec.seq) if versions is not None else 0
         key = None
         if rec.tag_json is not None:
             tag = json.loads(rec.tag_json)
@@ -178,6 +190,7 @@ def build_companion(plan: IndexPlan, docs: Iterable[SegmentDoc]) -> bytes:
             raise ValueError(f"seq {a.seq} appears twice")
     values = [None if d.value is UNDECODABLE else d.value for d in items]
     versions = [d.version or None for d in items]
+    per_doc = _PerDoc(values, versions)
     sections: dict[str, Any] = {"seq": _seq_runs([d.seq for d in items])}
     if plan.routing_keys:
         keys: dict[str, list[int]] = {}
@@ -187,13 +200,11 @@ def build_companion(plan: IndexPlan, docs: Iterable[SegmentDoc]) -> bytes:
         order = sorted(keys)
         sections["rk"] = {"keys": order, "docs": [keys[k] for k in order]}
     if plan.exact:
-        sections["exact"] = {
-            "fields": {s.name: _build_exact(s, values, versions) for s in plan.exact}
-        }
+        sections["exact"] = {"fields": {s.name: _build_exact(s, per_doc.of(s)) for s in plan.exact}}
     if plan.col:
-        sections["col"] = {"fields": {s.name: _build_col(s, values, versions) for s in plan.col}}
+        sections["col"] = {"fields": {s.name: _build_col(s, per_doc.of(s)) for s in plan.col}}
     if plan.fts:
-        sections["fts"] = {"fields": {s.name: _build_fts(s, values, versions) for s in plan.fts}}
+        sections["fts"] = {"fields": {s.name: _build_fts(s, per_doc.of(s)) for s in plan.fts}}
     if plan.rollups:
         sections["agg"] = {
             "rollups": {name: _build_rollup(plan, name, values, versions) for name in plan.rollups}
@@ -214,12 +225,32 @@ def _seq_runs(seqs: list[int]) -> list[list[int]]:
     return runs
 
 
-def _build_exact(
-    spec: FieldSpec, values: list[object], versions: list[int | None]
-) -> dict[str, Any]:
+class _PerDoc:
+    """Each field's values per document, read once however many families index the field
+    (a field's values depend on its kind, normalizer and bindings, not on its name)."""
+
+    def __init__(self, values: list[object], versions: list[int | None]) -> None:
+        self.values, self.versions = values, versions
+        self._memo: dict[Any, list[list[Any]]] = {}
+
+    def of(self, spec: FieldSpec) -> list[list[Any]]:
+        key = (spec.kind, spec.normalizer, spec.bindings)
+        got = self._memo.get(key)
+        if got is None:
+            read = spec.values
+            got = self._memo[key] = [
+                read(doc, v) for doc, v in zip(self.values, self.versions, strict=True)
+            ]
+        return got
+
+
+def _build_exact(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
     postings: dict[Any, list[int]] = {}
-    for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
-        for key in sorted({_exact_key(x) for x in spec.values(doc, v)}):
+    for i, got in enumerate(per_doc):
+        if len(got) == 1:  # the common case: no dedup or sort
+            postings.setdefault(_exact_key(got[0]), []).append(i)
+            continue
+        for key in sorted({_exact_key(x) for x in got}):
             postings.setdefault(key, []).append(i)
     order = sorted(postings)
     return {
@@ -229,26 +260,25 @@ def _build_exact(
     }
 
 
-def _build_col(spec: FieldSpec, values: list[object], versions: list[int | None]) -> dict[str, Any]:
-    per_doc: list[Any] = []
+def _build_col(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
+    column: list[Any] = []
     every: list[Any] = []
-    for doc, v in zip(values, versions, strict=True):
-        got = spec.values(doc, v)
+    for got in per_doc:
         every.extend(got)
-        per_doc.append(None if not got else got[0] if len(got) == 1 else got)
+        column.append(None if not got else got[0] if len(got) == 1 else got)
     return {
         "spec": field_fingerprint(spec, "col"),
-        "values": per_doc,
+        "values": column,
         "min": min(every) if every else None,
         "max": max(every) if every else None,
     }
 
 
-def _build_fts(spec: FieldSpec, values: list[object], versions: list[int | None]) -> dict[str, Any]:
+def _build_fts(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
     postings: dict[str, list[list[int]]] = {}
     present: list[int] = []
-    for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
-        got = [x for x in spec.values(doc, v) if isinstance(x, str)]
+    for i, values in enumerate(per_doc):
+        got = [x for x in values if isinstance(x, str)]
         if got:
             present.append(i)
         for vi, text in enumerate(got):
@@ -670,14 +700,20 @@ class Companion:
         iv = sec["intervals"][interval]
         step: int = iv["step"]
         out: dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]] = {}
+        keys: dict[str, tuple[dict[str, Any], str]] = {}  # a stored group -> its request group
         for start, groups in iv["windows"]:
             if start < from_ms or start + step > to_ms:
                 continue
             buckets = out.setdefault(start, {})
             for key_list, states in groups:
-                dims_map = dict(zip(dims, key_list, strict=True))
-                key = {g: dims_map.get(g) for g in group_by}
-                gk = json.dumps(key, sort_keys=True)  # as run_aggregate keys its groups
+                memo = json.dumps(key_list)
+                known = keys.get(memo)
+                if known is None:
+                    dims_map = dict(zip(dims, key_list, strict=True))
+                    key = {g: dims_map.get(g) for g in group_by}
+                    # as run_aggregate keys its groups
+                    known = keys[memo] = (key, json.dumps(key, sort_keys=True))
+                key, gk = known
                 _, acc = buckets.setdefault(gk, (key, {}))
                 for m in wanted:
                     state = states[m]

@@ -16,7 +16,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from headwater import jsoncodec
 from headwater.durable import profiles, schema
@@ -145,6 +145,13 @@ def _records(entries: list[Entry]) -> list[NewRecord]:
         size = len(e.data) + RECORD_OVERHEAD_BYTES + (len(tag.encode()) if tag else 0)
         out.append(NewRecord(data=None, tag=tag, size=size, data_raw=e.data))
     return out
+
+
+class SegmentPruner(Protocol):
+    """What a stream's index families say of one of its sealed segments: the seqs in it that
+    may be selected (a superset), or None when no usable companion answers it."""
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None: ...
 
 
 class DurableStreams:
@@ -821,31 +828,74 @@ class DurableStreams:
         limit: int,
         max_bytes: int,
         key: str | None,
-        pred: Predicate,
+        pred: Predicate | None,
         reg: dict[str, Any] | None,
+        pruner: SegmentPruner | None = None,
     ) -> tuple[RangeRead, bool]:
-        """Entries after `after` that match `pred` (§8.5), scanning at most
-        FILTER_SCAN_CAP payload bytes: (page, whether the cap stopped the scan). The page's
-        next_seq is past every entry examined, matching or not."""
+        """Entries after `after` with routing key `key` (when given) that match `pred`
+        (§8.5; when given), scanning at most FILTER_SCAN_CAP payload bytes: (page, whether
+        the cap stopped the scan). The page's next_seq is past every entry examined,
+        matching or not.
+
+        `pruner`: the index families' answer for a sealed segment of the stream's own (the
+        seqs in it that may be selected, or None: no usable companion). A segment with no
+        candidate is skipped unread; of one with some only the blocks holding them are read;
+        the rest of the stream (segments without a companion, the unsealed tail, a fork's
+        inherited entries) is scanned."""
+        tag = json_literal(key) if key is not None else None
         out: list[StoredRecord] = []
         out_bytes = scanned = 0
         nxt = after
+        segs = await self.segments(head) if pruner is not None else []
+        at = 0  # segs[at] is the first segment ending after nxt
         while nxt < head.head_seq and scanned < FILTER_SCAN_CAP:
-            rr = await self.read(head, nxt, PAGE_SCAN_RECORDS, PAGE_SCAN_BYTES, key)
-            head = rr.head
-            for rec in rr.records:
+            while at < len(segs) and segs[at].last_seq <= nxt:
+                at += 1
+            seg = segs[at] if at < len(segs) and segs[at].first_seq <= nxt + 1 else None
+            allowed = await pruner(seg) if pruner is not None and seg is not None else None
+            if seg is not None and allowed is not None:
+                picked = sorted(q for q in allowed if q > nxt)
+                recs = await self.read_entries(head, picked) if picked else []
+                upto = seg.last_seq
+            else:
+                # scan up to the next segment the families may answer
+                if seg is not None:
+                    upto = seg.last_seq
+                elif at < len(segs):
+                    upto = segs[at].first_seq - 1
+                else:
+                    upto = head.head_seq
+                try:
+                    rr = await self._compose(
+                        head, nxt, upto, PAGE_SCAN_RECORDS, PAGE_SCAN_BYTES, tag
+                    )
+                except TopicNotFound:
+                    raise StreamNotFound(name_of(head.topic)) from None
+                head = rr.head
+                recs = list(rr.records)
+                upto = rr.next_seq
+                if upto <= nxt:
+                    break
+            for rec in recs:
+                if tag is not None and rec.tag_json != tag:
+                    continue
                 if out and (len(out) >= limit or out_bytes + len(rec.data_raw) > max_bytes):
                     return RangeRead(head, out, rec.seq - 1, scanned), False
                 scanned += len(rec.data_raw)
-                version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
-                if pred.matches(jsoncodec.loads(rec.data_raw), version=version or None):
+                if pred is None:
+                    selected = True
+                else:
+                    version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
+                    selected = pred.matches(jsoncodec.loads(rec.data_raw), version=version or None)
+                if selected:
                     out.append(rec)
                     out_bytes += len(rec.data_raw)
                 if scanned >= FILTER_SCAN_CAP:
-                    return RangeRead(head, out, rec.seq, scanned), rec.seq < head.head_seq
-            if rr.next_seq <= nxt:
-                break
-            nxt = rr.next_seq
+                    more = rec.seq < head.head_seq
+                    return RangeRead(head, out, rec.seq, scanned), more and pred is not None
+            nxt = upto
+            if pred is None and allowed is None:
+                break  # a key read answers after one scanned page, as an unpruned one does
         return RangeRead(head, out, nxt, scanned), False
 
     async def seek(self, head: Head, ts: int) -> int:

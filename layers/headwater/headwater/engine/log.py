@@ -127,6 +127,25 @@ def _seq_of(rec: StoredRecord) -> int:
     return rec.seq
 
 
+def _pick(frames: Sequence[Frame], seqs: Sequence[int]) -> list[StoredRecord]:
+    """The live records at `seqs` (ascending) in `frames` (ascending by seq)."""
+    out: list[StoredRecord] = []
+    i = 0
+    for frame in frames:
+        recs = frame.records
+        while i < len(seqs) and seqs[i] < frame.first_seq:
+            i += 1  # in no frame: not stored
+        while i < len(seqs) and seqs[i] <= frame.last_seq:
+            q = seqs[i]
+            i += 1
+            if q in frame.deleted:
+                continue
+            j = bisect.bisect_left(recs, q, key=_seq_of)
+            if j < len(recs) and recs[j].seq == q:
+                out.append(recs[j])
+    return out
+
+
 class LogEngine:
     def __init__(
         self,
@@ -1149,23 +1168,22 @@ class LogEngine:
         )
 
     def _seqs_of(self, head: Head, seqs: list[int]) -> list[StoredRecord]:
-        out: list[StoredRecord] = []
-        i = 0
         wanted = [q for q in seqs if head.earliest_seq <= q <= head.head_seq]
-        while i < len(wanted):
+        cut = bisect.bisect_right(wanted, head.sealed_through)
+        frames: list[Frame] = []
+        if cut:
+            if self.sealed is None:
+                raise StorageUnavailable("this process cannot read sealed history")
+            frames = self.sealed.frames_holding(head, wanted[:cut])
+        out = _pick(frames, wanted[:cut])
+        i = cut
+        while i < len(wanted):  # the unsealed tail: a run of frames from the cache or table
             frames = self._frames_after(head, wanted[i] - 1, 1)
             if not frames or frames[-1].last_seq < wanted[i]:
                 break
-            for frame in frames:
-                recs = frame.records
-                while i < len(wanted) and wanted[i] <= frame.last_seq:
-                    q = wanted[i]
-                    i += 1
-                    if q < frame.first_seq or q in frame.deleted:
-                        continue
-                    j = bisect.bisect_left(recs, q, key=_seq_of)
-                    if j < len(recs) and recs[j].seq == q:
-                        out.append(recs[j])
+            run = [q for q in wanted[i:] if q <= frames[-1].last_seq]
+            out += _pick(frames, run)
+            i += len(run)
         return out
 
     def _range_of(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from headwater.engine.cache import FrameCache
 from headwater.engine.records import Frame
 from headwater.engine.segment import (
+    BlockRef,
     SegmentInfo,
     blocks_between,
     byte_ranges,
@@ -119,34 +120,79 @@ class SealedReader:
                     break
                 if 0 < max_bytes <= got + stored:  # stored <= raw: the budget is met
                     break
-            for lo, hi, group in byte_ranges(chosen):
-                try:
-                    data = self.blobs.get_range(item.key, lo, hi)
-                except BlobNotFound as exc:
-                    self.forget(head)
-                    raise StaleHead from exc
-                self.range_gets += 1
-                recs = decode_blocks(data, lo, group)
-                pos = 0
-                for b in group:
-                    end = pos
-                    while end < len(recs) and recs[end].seq <= b.last_seq:
-                        end += 1
-                    block_recs = recs[pos:end]
-                    pos = end
-                    frame = Frame(
-                        first_seq=b.first_seq,
-                        last_seq=b.last_seq,
-                        ts=b.max_ts,
-                        records=block_recs,
-                        deleted=frozenset(
-                            s for s in item.deleted if b.first_seq <= s <= b.last_seq
-                        ),
-                        payload_bytes=sum(r.size for r in block_recs),
-                    )
-                    self.cache.put(key, frame, head.del_ver)
-                    if frame.last_seq > covered:
-                        out.append(frame)
-                        covered = frame.last_seq
-                        got += frame.payload_bytes
+            for frame in self._fetch(head, key, item, chosen, 0):
+                if frame.last_seq > covered:
+                    out.append(frame)
+                    covered = frame.last_seq
+                    got += frame.payload_bytes
+        return out
+
+    def frames_holding(self, head: Head, seqs: list[int]) -> list[Frame]:
+        """The block frames holding `seqs` (ascending, all <= sealed_through), oldest first:
+        cached ones as they are, the others fetched per segment with one ranged GET per run
+        of nearby blocks (a gap of up to READ_AHEAD_BYTES is fetched rather than paying
+        for another request). Blocks between the seqs are not decoded."""
+        key = cache_key(head)
+        out: list[Frame] = []
+        i = 0
+        while i < len(seqs):
+            found = self.segment_after(head, seqs[i] - 1)
+            if found is None:
+                break
+            item, info = found
+            want: list[BlockRef] = []
+            blocks = info.blocks
+            while i < len(seqs) and seqs[i] <= item.last_seq:
+                j = bisect.bisect_left(blocks, seqs[i], key=lambda b: b.last_seq)
+                if j == len(blocks):
+                    break
+                b = blocks[j]
+                if not want or want[-1] is not b:
+                    want.append(b)
+                while i < len(seqs) and seqs[i] <= b.last_seq:
+                    i += 1
+            while i < len(seqs) and seqs[i] <= item.last_seq:
+                i += 1  # past the last block: not stored
+            missing: list[BlockRef] = []
+            for b in want:
+                cached = self.cache.frame(key, b.last_seq, head.del_ver)
+                if cached is not None:
+                    out.append(cached)
+                else:
+                    missing.append(b)
+            if missing:
+                out.extend(self._fetch(head, key, item, missing, READ_AHEAD_BYTES))
+        out.sort(key=lambda f: f.last_seq)
+        return out
+
+    def _fetch(
+        self, head: Head, key: str, item: SegmentItem, blocks: list[BlockRef], max_gap: int
+    ) -> list[Frame]:
+        """Frames of `blocks` (ascending) of one segment, fetched and put in the cache."""
+        out: list[Frame] = []
+        for lo, hi, group in byte_ranges(blocks, max_gap):
+            try:
+                data = self.blobs.get_range(item.key, lo, hi)
+            except BlobNotFound as exc:
+                self.forget(head)
+                raise StaleHead from exc
+            self.range_gets += 1
+            recs = decode_blocks(data, lo, group)
+            pos = 0
+            for b in group:
+                end = pos
+                while end < len(recs) and recs[end].seq <= b.last_seq:
+                    end += 1
+                block_recs = recs[pos:end]
+                pos = end
+                frame = Frame(
+                    first_seq=b.first_seq,
+                    last_seq=b.last_seq,
+                    ts=b.max_ts,
+                    records=block_recs,
+                    deleted=frozenset(s for s in item.deleted if b.first_seq <= s <= b.last_seq),
+                    payload_bytes=sum(r.size for r in block_recs),
+                )
+                self.cache.put(key, frame, head.del_ver)
+                out.append(frame)
         return out

@@ -5,6 +5,7 @@ and query parsing, offsets, caching headers, long-poll, SSE, timeouts."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -38,6 +39,7 @@ from headwater.durable.service import (
     DurableStreams,
     Entry,
     ForkRequest,
+    SegmentPruner,
     StreamConfig,
     Written,
     descriptor,
@@ -64,6 +66,7 @@ from headwater.errors import HeadwaterError, InvalidRequest, PayloadTooLarge
 from headwater.http.auth import Principal
 from headwater.http.sse import bare_event_stream
 from headwater.http.v0 import authorize, services
+from headwater.index.reader import open_index, read_pruner
 from headwater.services import Services
 from headwater.storage.ports import Head
 
@@ -528,6 +531,7 @@ class _View:
     reg: dict[str, Any] | None = None
     promote: Callable[[StoredRecord], bytes] | None = None
     pred: Predicate | None = None
+    pruner: SegmentPruner | None = None  # the index families, for a filter= or key= read
 
 
 def _plan(request: Request, key_from_path: str | None) -> _ReadPlan:
@@ -624,11 +628,22 @@ async def _fetch(
     streams: DurableStreams, view: _View, head: Head, start: int, key: str | None
 ) -> tuple[RangeRead, bool]:
     """A page after `start` (filtered, when the read has a filter): (page, scan cap hit)."""
-    if view.pred is None:
+    if view.pred is None and view.pruner is None:
         return await streams.read(head, start, PAGE_RECORDS, PAGE_BYTES, key), False
     return await streams.read_filtered(
-        head, start, PAGE_RECORDS, PAGE_BYTES, key, view.pred, view.reg
+        head, start, PAGE_RECORDS, PAGE_BYTES, key, view.pred, view.reg, view.pruner
     )
+
+
+async def _pruned(svc: Services, head: Head, view: _View, key: str | None) -> _View:
+    """The view with the stream's index families for a filter= or key= read, when any are
+    built and current (a plain read, or no index: unchanged)."""
+    if view.reg is None or (key is None and view.pred is None):
+        return view
+    index = await open_index(svc.engine, svc.index_catalogue, head, view.reg)
+    if index is None:
+        return view
+    return dataclasses.replace(view, pruner=read_pruner(index, key, view.pred))
 
 
 async def _read(request: Request, svc: Services, name: str, key: str | None) -> Response:
@@ -638,6 +653,8 @@ async def _read(request: Request, svc: Services, name: str, key: str | None) -> 
     if plan.fmt_json and not is_json_type(state.content_type):
         raise _bad("format=json needs an application/json stream")
     view = await _capped(_view(streams, name, state, plan))
+    if plan.live != "sse":
+        view = await _capped(_pruned(svc, head, view, plan.key))
     start = await _start_seq(plan, head, state, streams)
     await streams.touch(head, state)
     cursor = stream_cursor(streams.clock(), _one_param(request, "cursor"))

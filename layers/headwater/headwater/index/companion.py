@@ -411,6 +411,7 @@ class Companion:
         self._raw = dict(raw_sections)
         self._parsed: dict[str, Any] = {}
         self._seqs: list[int] | None = None
+        self._sorted_cols: dict[str, tuple[list[Any], list[int]]] = {}
 
     # ------------------------------------------------------------------ decoding
     @classmethod
@@ -577,6 +578,10 @@ class Companion:
         entry = self._field("col", p.field)
         if entry is None:
             return None
+        try:
+            return self._column_range(p, entry)
+        except TypeError:
+            pass  # values the query value does not compare with: test one by one
         test = _OPS[p.op]
         out: list[int] = []
         for i, v in enumerate(entry["values"]):
@@ -586,6 +591,32 @@ class Companion:
             if any(test(x, p.value) for x in vs):
                 out.append(i)
         return frozenset(out)
+
+    def _column_range(self, p: Compare, entry: Mapping[str, Any]) -> frozenset[int]:
+        """The docs with a column value `p.op` p.value, by bisecting the column sorted by
+        value (built on first use and kept with the companion, which readers cache)."""
+        name = p.field.name
+        got = self._sorted_cols.get(name)
+        if got is None:
+            pairs = sorted(
+                (x, i)
+                for i, v in enumerate(entry["values"])
+                if v is not None
+                for x in (v if isinstance(v, list) else (v,))
+            )
+            got = self._sorted_cols[name] = ([x for x, _ in pairs], [i for _, i in pairs])
+        vals, ords = got
+        if p.op == "eq":
+            lo, hi = bisect.bisect_left(vals, p.value), bisect.bisect_right(vals, p.value)
+        elif p.op == "gt":
+            lo, hi = bisect.bisect_right(vals, p.value), len(vals)
+        elif p.op == "gte":
+            lo, hi = bisect.bisect_left(vals, p.value), len(vals)
+        elif p.op == "lt":
+            lo, hi = 0, bisect.bisect_left(vals, p.value)
+        else:
+            lo, hi = 0, bisect.bisect_right(vals, p.value)
+        return frozenset(ords[lo:hi])
 
     @staticmethod
     def _exact_eq(entry: Mapping[str, Any], value: Any) -> frozenset[int]:

@@ -138,6 +138,45 @@ class QueryPruner:
         return frozenset(seqs[o] for o in ords)
 
 
+class KeyPruner:
+    """durable.service.SegmentPruner for a `key=` read: the seqs of the segment's entries
+    with that routing key, from the companion's routing-key family."""
+
+    def __init__(self, index: StreamIndex, key: str) -> None:
+        self.index, self.key = index, key
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
+        comp = await self.index.companion(seg)
+        if comp is None or "rk" not in comp.families:
+            return None
+        seqs = comp.seqs()
+        return frozenset(seqs[o] for o in comp.docs_with_key(self.key))
+
+
+class BothPruner:
+    """Entries both pruners allow (either one alone where the other has no answer)."""
+
+    def __init__(self, a: KeyPruner, b: QueryPruner) -> None:
+        self.a, self.b = a, b
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
+        x, y = await self.a(seg), await self.b(seg)
+        if x is None or y is None:
+            return y if x is None else x
+        return x & y
+
+
+def read_pruner(
+    index: StreamIndex, key: str | None, pred: Predicate | None
+) -> KeyPruner | QueryPruner | BothPruner | None:
+    """The pruner of a `key=` and/or `filter=` read (None for a plain read)."""
+    by_key = KeyPruner(index, key) if key is not None else None
+    by_pred = QueryPruner(index, pred) if pred is not None else None
+    if by_key is not None and by_pred is not None:
+        return BothPruner(by_key, by_pred)
+    return by_key or by_pred
+
+
 async def open_index(
     engine: LogEngine,
     catalogue: DynamoIndexCatalogue,

@@ -337,6 +337,40 @@ def test_candidates_over_a_larger_segment(text: str) -> None:
         assert truth <= got, text
 
 
+def _scores(q: Predicate, docs: list[SegmentDoc]) -> dict[int, float]:
+    """The existing evaluator's (match, score), fed exactly as search.scan feeds it."""
+    out: dict[int, float] = {}
+    for i, d in enumerate(docs):
+        value = None if d.value is UNDECODABLE else d.value
+        ok, score = q.evaluate(value, version=d.version or None)
+        if ok:
+            out[i] = score
+    return out
+
+
+@settings(max_examples=250, deadline=None)
+@given(queries)
+def test_scores_from_the_families_equal_the_evaluator(text: str) -> None:
+    """A ranked query's matches and scores come from the postings without reading a
+    document: exactly what evaluating each document gives, or None (then it is read)."""
+    q = _parse(text)
+    got = CORPUS_COMPANION.scored(q)
+    if got is None:
+        # only clauses the families cannot answer exactly, or text without positions
+        assert not _fully_indexed(q) or "text[body]" in str(q), text
+        return
+    assert got == _scores(q, CORPUS), text
+
+
+def test_scored_queries_cover_text_ranking() -> None:
+    for text in ['msg:"alpha beta"', "beta", "msg:gam*", "alpha OR msg:beta", "svc:ap* beta"]:
+        q = _parse(text)
+        got = CORPUS_COMPANION.scored(q)
+        assert got is not None, text
+        assert got == _scores(q, CORPUS) and len(set(got.values())) > 1, text
+    assert CORPUS_COMPANION.scored(_parse("has:note beta")) is None  # not indexed: read
+
+
 def test_corpus_queries_are_not_trivial() -> None:
     """The corpus exercises the interesting cases: matches that need per-value units,
     phrases, prefixes and array values, each with some matches and some misses."""

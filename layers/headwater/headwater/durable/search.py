@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
@@ -55,6 +55,43 @@ class Pruner(Protocol):
     families: frozenset[str]
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None: ...
+
+
+class Ranker(Protocol):
+    """A Pruner that can also answer a ranked query for a sealed segment from the families
+    alone: every matching entry with its score and sort columns (index/reader.py)."""
+
+    families: frozenset[str]
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None: ...
+
+    async def ranked(
+        self, seg: SegmentItem, columns: Sequence[FieldSpec]
+    ) -> list[tuple[int, float, tuple[Any, ...]]] | None: ...
+
+
+class _Ranking:
+    """A scan pruner for a ranked (score or field sorted) search: a segment whose matches
+    and their sort keys the families give exactly is answered without being read (its
+    entries are collected in `found`; only the page's are read at the end); any other
+    segment is pruned as usual."""
+
+    def __init__(self, ranker: Ranker, columns: Sequence[FieldSpec], head: Head) -> None:
+        self.ranker, self.columns, self.head = ranker, columns, head
+        self.found: list[tuple[int, float, tuple[Any, ...]]] = []
+        self.families: frozenset[str] = frozenset()
+
+    async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
+        got = await self.ranker.ranked(seg, self.columns)
+        if got is None:
+            allowed = await self.ranker(seg)
+            self.families = self.ranker.families
+            return allowed
+        self.families = self.ranker.families
+        gone = seg.deleted
+        lo, hi = self.head.earliest_seq, self.head.head_seq
+        self.found.extend(x for x in got if lo <= x[0] <= hi and x[0] not in gone)
+        return frozenset()
 
 
 class SearchError(InvalidRequest):
@@ -505,8 +542,48 @@ def compare_keys(sorts: tuple[SortSpec, ...], a: tuple[Any, ...], b: tuple[Any, 
 @dataclass(slots=True)
 class _Hit:
     key: tuple[Any, ...]
-    doc: Doc
+    doc: Doc | None  # None: ranked from the families, read only if on the page
     score: float
+    seq: int
+
+
+def _ranked_key(
+    sorts: tuple[SortSpec, ...], seq: int, score: float, cols: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """`_sort_key` of an entry known only from the families (the field sorts' values in
+    `cols`, in sort order)."""
+    key: list[Any] = []
+    fields = iter(cols)
+    for s in sorts:
+        if s.kind == "offset":
+            key.append(seq)
+        elif s.kind == "score":
+            key.append(score)
+        else:
+            key.append(next(fields))
+    return tuple(key)
+
+
+async def _read_page(
+    streams: DurableStreams, head: Head, reg: Mapping[str, Any] | None, page: list[_Hit]
+) -> list[_Hit]:
+    """The page with every hit's entry read (those ranked from the families were not)."""
+    want = sorted(h.seq for h in page if h.doc is None)
+    if not want:
+        return page
+    recs = {r.seq: r for r in await streams.read_entries(head, want)}
+    out: list[_Hit] = []
+    for h in page:
+        if h.doc is None:
+            rec = recs.get(h.seq)
+            if rec is None:
+                continue  # deleted since the request's snapshot
+            version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
+            h = _Hit(
+                h.key, Doc(rec, jsoncodec.loads(rec.data_raw), version or None), h.score, h.seq
+            )
+        out.append(h)
+    return out
 
 
 def hit_fields(fields: Mapping[str, FieldSpec], doc: Doc) -> dict[str, Any]:
@@ -575,7 +652,11 @@ async def run_search(
         return compare_keys(sorts, x.key, y.key)
 
     cmp = functools.cmp_to_key(order_of)
-    async for doc in scan(streams, cov, deadline, reg, lo, hi, order, pruner):
+    ranking: _Ranking | None = None
+    if pruner is not None and not offset_only and hasattr(pruner, "ranked"):
+        columns = [s.field for s in sorts if s.kind == "field" and s.field is not None]
+        ranking = _Ranking(pruner, columns, head)  # type: ignore[arg-type]
+    async for doc in scan(streams, cov, deadline, reg, lo, hi, order, ranking or pruner):
         ok, score = req.query.evaluate(doc.value, version=doc.version)
         if not ok:
             continue
@@ -583,7 +664,7 @@ async def run_search(
         if after is not None and not offset_only and compare_keys(sorts, key, after) <= 0:
             continue
         matched += 1
-        hits.append(_Hit(key, doc, score))
+        hits.append(_Hit(key, doc, score, doc.rec.seq))
         if offset_only:
             if len(hits) > req.size:  # one past the page: there is a next page
                 stopped_early = True
@@ -591,9 +672,18 @@ async def run_search(
         elif len(hits) >= 4 * (req.size + 1):
             hits.sort(key=cmp)
             del hits[req.size + 1 :]
+    for seq_, score, cols in ranking.found if ranking is not None else ():
+        key = _ranked_key(sorts, seq_, score, cols)
+        if after is not None and compare_keys(sorts, key, after) <= 0:
+            continue
+        matched += 1
+        hits.append(_Hit(key, None, score, seq_))
+        if len(hits) >= 4 * (req.size + 1):
+            hits.sort(key=cmp)
+            del hits[req.size + 1 :]
     hits.sort(key=cmp)
     more = len(hits) > req.size
-    page = hits[: req.size]
+    page = await _read_page(streams, head, reg, hits[: req.size])
     exact = not cov.timed_out and not stopped_early
     body = {
         "stream": name,
@@ -638,12 +728,14 @@ def _hit_body(
     promote: Callable[[StoredRecord], bytes] | None,
     h: _Hit,
 ) -> dict[str, Any]:
-    source = jsoncodec.loads(promote(h.doc.rec)) if promote else h.doc.value
+    doc = h.doc
+    assert doc is not None  # _read_page read every page entry
+    source = jsoncodec.loads(promote(doc.rec)) if promote else doc.value
     return {
-        "offset": encode_offset(head.epoch, h.doc.rec.seq),
+        "offset": encode_offset(head.epoch, doc.rec.seq),
         "score": h.score,
         "sort": _sort_body(head, sorts, h.key),
-        "fields": hit_fields(fields, h.doc),
+        "fields": hit_fields(fields, doc),
         "source": source,
     }
 

@@ -16,7 +16,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from headwater import jsoncodec
 from headwater.durable import profiles, schema
@@ -147,6 +147,9 @@ def _records(entries: list[Entry]) -> list[NewRecord]:
     return out
 
 
+SEGMENT_LISTS: Final = 4096  # streams whose segment lists a process keeps
+
+
 class SegmentPruner(Protocol):
     """What a stream's index families say of one of its sealed segments: the seqs in it that
     may be selected (a superset), or None when no usable companion answers it."""
@@ -160,6 +163,8 @@ class DurableStreams:
         self.clock = clock
         self._registries: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._conf: dict[str, tuple[str, str]] = {}  # per stream, as this process last saw
+        # per log: ((del_ver, earliest_seq) it was read under, its segments oldest first)
+        self._segments: dict[str, tuple[tuple[int, int], list[SegmentItem]]] = {}
 
     # --- lookups ------------------------------------------------------------------------
     async def lookup(self, name: str, *, consistent: bool = True) -> tuple[Head, StreamState]:
@@ -807,19 +812,31 @@ class DurableStreams:
             raise StreamNotFound(name_of(head.topic)) from None
 
     async def segments(self, head: Head) -> list[SegmentItem]:
-        """The stream's own sealed segments (S3), oldest first; [] without tiering."""
+        """The stream's own sealed segments (S3), oldest first; [] without tiering.
+
+        Kept per stream while its delete version and trim point stand (a record delete or a
+        retention drop changes the items: read them all again); a head sealed further reads
+        only the segments after the ones known. Segment items never change otherwise."""
         store = self.engine.segments
         if store is None:
             return []
+        known = self._segments.get(head.log_key)
         out: list[SegmentItem] = []
-        after = 0
+        if known is not None and known[0] == (head.del_ver, head.earliest_seq):
+            out = [s for s in known[1] if s.first_seq <= head.sealed_through]
+            if len(out) < len(known[1]):
+                return out  # an older head than the one that filled it
+        after = out[-1].last_seq if out else 0
         while after < head.sealed_through:
             items = await self.engine.run_io(store.after, head, after, 256)
             if not items:
                 break
             out.extend(it for it in items if it.first_seq <= head.sealed_through)
             after = items[-1].last_seq
-        return out
+        if len(self._segments) >= SEGMENT_LISTS and head.log_key not in self._segments:
+            self._segments.clear()  # a bound, not an LRU: cheap to refill
+        self._segments[head.log_key] = ((head.del_ver, head.earliest_seq), out)
+        return list(out)
 
     async def read_filtered(
         self,

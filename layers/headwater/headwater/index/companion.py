@@ -510,6 +510,94 @@ class Companion:
         """Like ``candidates``, also telling whether the set is exact."""
         return self._narrow(query)
 
+    def scored(self, p: Predicate) -> dict[int, float] | None:
+        """The docs matching `p` exactly, each with the score ``p.evaluate`` gives it (text
+        clauses from the postings' positions: occurrences of the query tokens, +2 per token
+        for a phrase, times the target's boost, the best value and target counting; AND and
+        OR add their matching children's scores), or None when the families cannot say
+        exactly (then the docs are read and evaluated)."""
+        if isinstance(p, And):
+            parts = [self.scored(c) for c in p.children]
+            if any(x is None for x in parts) or not parts:
+                return None
+            known = [x for x in parts if x is not None]
+            common = set(known[0]).intersection(*known[1:])
+            out: dict[int, float] = {}
+            for o in common:
+                total = 0.0
+                for x in known:
+                    total += x[o]
+                out[o] = total
+            return out
+        if isinstance(p, Or):
+            alts = [self.scored(c) for c in p.children]
+            if any(x is None for x in alts):
+                return None
+            sums: dict[int, Any] = {}
+            for part in alts:
+                assert part is not None
+                for o, sc in part.items():
+                    sums[o] = sums.get(o, 0) + sc  # as sum(): 0 + s1 + s2 ...
+            return sums
+        if isinstance(p, Text):
+            return self._text_scores(p)
+        got = self._narrow(p)
+        if got is None or not got.exact:
+            return None
+        return dict.fromkeys(got.ordinals, 0.0)
+
+    def _text_scores(self, p: Text) -> dict[int, float] | None:
+        best: dict[int, float] = {}
+        for t in p.targets:
+            if t.field.kind == "keyword":
+                docs = self._text_target(p, t)
+                if docs is None:
+                    return None
+                for o in docs:
+                    best[o] = max(best.get(o, 0.0), t.boost)
+                continue
+            entry = self._field("fts", t.field) if t.field.kind == "text" else None
+            if entry is None or not entry["spec"].get("positions") or not t.tokens:
+                return None  # occurrences are counted from positions
+            per_token = self._units(entry, p, t)
+            common = set(per_token[0])
+            for units in per_token[1:]:
+                common &= units.keys()
+            consecutive = p.phrase and len(t.tokens) > 1
+            bonus = 2 * len(t.tokens) if p.phrase else 0
+            for unit in common:
+                if consecutive and not any(
+                    all(s + i in per_token[i][unit] for i in range(1, len(per_token)))
+                    for s in per_token[0][unit]
+                ):
+                    continue
+                hits = sum(len(units[unit]) for units in per_token)
+                o = unit[0]
+                best[o] = max(best.get(o, 0.0), float(hits + bonus) * t.boost)
+        return best
+
+    def _units(
+        self, entry: Mapping[str, Any], p: Text, t: TextTarget
+    ) -> list[dict[tuple[int, int], set[int]]]:
+        """Per query token: (doc, value) -> the positions where it occurs."""
+        last = len(t.tokens) - 1
+        per_token: list[dict[tuple[int, int], set[int]]] = []
+        for i, q in enumerate(t.tokens):
+            units: dict[tuple[int, int], set[int]] = {}
+            for postings in self._terms(entry, q, p.prefix and i == last):
+                for item in postings:
+                    units.setdefault((item[0], item[1]), set()).update(item[2:])
+            per_token.append(units)
+        return per_token
+
+    def column(self, spec: FieldSpec) -> list[Any] | None:
+        """The field's first value per doc (None where it has none), from the `col` family;
+        None when the field is not a column here."""
+        entry = self._field("col", spec)
+        if entry is None:
+            return None
+        return [v[0] if isinstance(v, list) else v for v in entry["values"]]
+
     def _all(self) -> frozenset[int]:
         return frozenset(range(self.doc_count))
 
@@ -661,14 +749,7 @@ class Companion:
         phrase = p.phrase and len(t.tokens) > 1
         if phrase and not entry["spec"].get("positions"):
             return None
-        last = len(t.tokens) - 1
-        per_token: list[dict[tuple[int, int], set[int]]] = []
-        for i, q in enumerate(t.tokens):
-            units: dict[tuple[int, int], set[int]] = {}
-            for postings in self._terms(entry, q, p.prefix and i == last):
-                for item in postings:
-                    units.setdefault((item[0], item[1]), set()).update(item[2:])
-            per_token.append(units)
+        per_token = self._units(entry, p, t)
         common = set(per_token[0])
         for units in per_token[1:]:
             common &= units.keys()

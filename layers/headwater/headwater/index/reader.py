@@ -16,11 +16,11 @@ scan but never change its answer. Decoded companions are kept in a small per-pro
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from headwater.durable.aggregate import Rollup
-from headwater.durable.filter import Predicate
+from headwater.durable.filter import FieldSpec, Predicate
 from headwater.engine.log import LogEngine
 from headwater.engine.segment import companion_key
 from headwater.errors import StorageUnavailable
@@ -136,6 +136,28 @@ class QueryPruner:
         self.families = self.families | frozenset(comp.families)
         seqs = comp.seqs()
         return frozenset(seqs[o] for o in ords)
+
+    async def ranked(
+        self, seg: SegmentItem, columns: Sequence[FieldSpec]
+    ) -> list[tuple[int, float, tuple[Any, ...]]] | None:
+        """durable.search.Ranker: the segment's matching entries as (seq, score, the
+        `columns`' first values) from its companion alone, or None when it cannot say
+        exactly (the entries are then read and evaluated)."""
+        comp = await self.index.companion(seg)
+        if comp is None:
+            return None
+        scores = comp.scored(self.query)
+        if scores is None:
+            return None
+        cols = [comp.column(spec) for spec in columns]
+        if any(c is None for c in cols):
+            return None
+        self.families = self.families | frozenset(comp.families)
+        seqs = comp.seqs()
+        return [
+            (seqs[o], sc, tuple(c[o] for c in cols))  # type: ignore[index]
+            for o, sc in scores.items()
+        ]
 
 
 class KeyPruner:

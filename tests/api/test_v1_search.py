@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 from headwater.durable import search as search_mod
 from headwater.durable.offsets import decode_offset
 from headwater.durable.state import topic_of
+from headwater.engine.sealed import cache_key
 from headwater.services import Services
 from headwater.settings import Tiering
 
@@ -534,3 +535,35 @@ def test_auth_and_unknown_stream_on_every_route(make_client: MakeClient) -> None
         assert c.get(path).status_code == 401
         assert c.get(path, headers={"authorization": "Bearer writer"}).status_code == 403
         assert c.get(path, headers={"authorization": "Bearer reader"}).status_code == 200
+
+
+def test_details_count_this_process_object_store_requests_per_stream(sealed: Any) -> None:
+    """`object_store_requests`: node-local puts and reads per artifact, for this stream only,
+    outside the ETag (they move with every read)."""
+    c, _ = sealed
+    r = c.get(url("s", "_details"))
+    tag = r.headers["etag"]
+    before = r.json()["object_store_requests"]
+    assert before["scope"] == "node" and set(before["by_artifact"]) == {
+        "segments",
+        "indexes",
+        "schema",
+        "wal",
+    }
+    assert before["by_artifact"]["segments"]["puts"] >= 1  # this process sealed it
+    assert before["puts"] == sum(a["puts"] for a in before["by_artifact"].values())
+    # WHEN the sealed segments are scanned again with a cold block cache
+    head = services(c).engine.heads.get(topic_of("s"))
+    assert head is not None
+    services(c).engine.cache.drop_topic(cache_key(head))  # the sealed blocks read so far
+    make_stream(c, "other", docs(3))
+    body = {"q": "svc:nobody", "size": 5}
+    assert c.post(url("s", "_search"), content=json.dumps(body), headers=JSON).status_code == 200
+    r = c.get(url("s", "_details"), headers={"If-None-Match": tag})
+    assert r.status_code == 304  # counters alone do not change the descriptor
+    after = c.get(url("s", "_details")).json()["object_store_requests"]
+    # THEN its segment reads grew, and another stream's traffic is not in them
+    assert after["by_artifact"]["segments"]["reads"] > before["by_artifact"]["segments"]["reads"]
+    assert after["by_artifact"]["segments"]["puts"] == before["by_artifact"]["segments"]["puts"]
+    other = c.get(url("other", "_details")).json()["object_store_requests"]
+    assert other["by_artifact"]["segments"] == {"puts": 0, "reads": 0}

@@ -10,6 +10,7 @@ are ``2**floor(log2(max(1, |v|)))`` (keys as decimal strings)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -68,21 +69,31 @@ def _histogram_bucket(v: float) -> str:
     return str(2 ** math.floor(math.log2(max(1.0, abs(v)))))
 
 
-def _percentiles(hist: Mapping[str, int], ps: Sequence[float]) -> list[float | None]:
-    """The bucket (a power of two) holding each quantile in `ps` (ascending), one pass."""
-    entries = sorted((float(k), n) for k, n in hist.items() if n > 0)
-    total = sum(n for _, n in entries)
+@functools.lru_cache(maxsize=4096)
+def _bucket_value(key: str) -> float:
+    return float(key)
+
+
+def _percentiles(
+    entries: Sequence[tuple[float, str, int]], ps: Sequence[float]
+) -> list[float | None]:
+    """The bucket (a power of two) holding each quantile in `ps` (ascending), one pass over
+    the histogram's (bucket value, key, count) entries in bucket order."""
+    total = sum(n for _, _, n in entries if n > 0)
     if not total:
         return [None] * len(ps)
     out: list[float | None] = []
     seen = 0
     i = 0
-    for bucket, n in entries:
+    last = 0.0
+    for bucket, _, n in entries:
+        if n <= 0:
+            continue
+        last = bucket
         seen += n
         while i < len(ps) and seen >= total * ps[i]:
             out.append(int(bucket) if bucket.is_integer() else bucket)
             i += 1
-    last = entries[-1][0]
     out.extend([int(last) if last.is_integer() else last] * (len(ps) - i))
     return out
 
@@ -110,7 +121,10 @@ class _Summary:
                 self.hist[k] = self.hist.get(k, 0) + n
 
     def body(self) -> dict[str, Any]:
-        p50, p95, p99 = _percentiles(self.hist, (0.5, 0.95, 0.99)) if self.hist else (None,) * 3
+        entries = (
+            sorted((_bucket_value(k), k, n) for k, n in self.hist.items()) if self.hist else []
+        )
+        p50, p95, p99 = _percentiles(entries, (0.5, 0.95, 0.99)) if entries else (None,) * 3
         return {
             "count": self.count,
             "sum": self.sum,
@@ -120,9 +134,7 @@ class _Summary:
             "p50": p50,
             "p95": p95,
             "p99": p99,
-            "histogram": dict(sorted(self.hist.items(), key=lambda kv: float(kv[0])))
-            if self.hist
-            else None,
+            "histogram": {k: n for _, k, n in entries} if entries else None,
         }
 
 

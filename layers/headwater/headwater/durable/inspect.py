@@ -281,7 +281,10 @@ def details(
     now: int,
     catalogue: Catalogue | None = None,
     generation: str | None = None,
+    requests: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`requests`: this process's object-store request counters for the stream
+    (storage/requests.py), reported as `object_store_requests`."""
     seg_bytes = sum(s.bytes for s in segments)
     status = index_status(head, state, reg, segments, now, catalogue, generation)
     companions = status["bundled_companions"]
@@ -310,14 +313,17 @@ def details(
             },
             "companion_families": {f: "0" for f in FAMILIES},
         },
-        "object_store_requests": None,
+        "object_store_requests": dict(requests) if requests is not None else None,
     }
 
 
 def _stable(value: Any) -> Any:
-    """The descriptor without what moves with the clock alone (lag_ms)."""
+    """The descriptor without what moves with the clock or with reads alone (lag_ms, the
+    node-local request counters)."""
     if isinstance(value, Mapping):
-        return {k: _stable(v) for k, v in value.items() if k != "lag_ms"}
+        return {
+            k: _stable(v) for k, v in value.items() if k not in ("lag_ms", "object_store_requests")
+        }
     if isinstance(value, list):
         return [_stable(v) for v in value]
     return value

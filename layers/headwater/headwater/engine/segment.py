@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from headwater.engine.records import StoredRecord
+from headwater.storage.schema import COMPANION_SUFFIX
 
 SEGMENT_VERSION = 1
 MAGIC = b"HWSEG\x00"
@@ -353,9 +354,6 @@ def decode_blocks(data: bytes, base_offset: int, blocks: Sequence[BlockRef]) -> 
         ):
             raise SegmentFormatError(f"block at offset {b.offset} disagrees with its index entry")
     return out
-
-
-COMPANION_SUFFIX = ".cix"
 
 
 def companion_key(segment_key: str) -> str:

@@ -149,7 +149,9 @@ async def _describe(svc: Services, name: str, sub: str) -> tuple[Any, dict[str, 
     gen = plan.generation if plan is not None else None
     now = streams.clock()
     if sub == "_details":
-        return head, inspect.details(head, state, reg, segments, now, catalogue, gen)
+        counts = getattr(svc.engine.blobs, "counts", None)
+        requests = counts.of(head.topic) if counts is not None else None
+        return head, inspect.details(head, state, reg, segments, now, catalogue, gen, requests)
     return head, inspect.index_status(head, state, reg, segments, now, catalogue, gen)
 
 

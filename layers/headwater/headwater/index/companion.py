@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 # only when a plan has rollups or rollup windows are read.
 
 MAGIC: Final = b"HWCIX\x00"
-COMPANION_SUFFIX: Final = ".cix"  # = engine.segment.COMPANION_SUFFIX (companion_key)
 _HEADER: Final = struct.Struct("<6sH32sQQIqqHH")  # 80 bytes
 _ENTRY: Final = struct.Struct("<8sQQI")  # 28 bytes per section
 _CRC: Final = struct.Struct("<I")
@@ -225,6 +224,12 @@ def _seq_runs(seqs: list[int]) -> list[list[int]]:
     return runs
 
 
+def _spec_key(spec: FieldSpec) -> tuple[Any, ...]:
+    """What a field's indexed values depend on (not its name alone: a stale plan may bind
+    the same name elsewhere)."""
+    return (spec.name, spec.kind, spec.normalizer, spec.bindings)
+
+
 class _PerDoc:
     """Each field's values per document, read once however many families index the field
     (a field's values depend on its kind, normalizer and bindings, not on its name)."""
@@ -234,7 +239,7 @@ class _PerDoc:
         self._memo: dict[Any, list[list[Any]]] = {}
 
     def of(self, spec: FieldSpec) -> list[list[Any]]:
-        key = (spec.kind, spec.normalizer, spec.bindings)
+        key = _spec_key(spec)[1:]
         got = self._memo.get(key)
         if got is None:
             read = spec.values
@@ -411,7 +416,8 @@ class Companion:
         self._raw = dict(raw_sections)
         self._parsed: dict[str, Any] = {}
         self._seqs: list[int] | None = None
-        self._sorted_cols: dict[str, tuple[list[Any], list[int]]] = {}
+        self._sorted_cols: dict[Any, tuple[list[Any], list[int]]] = {}
+        self._first_values: dict[Any, list[Any]] = {}
 
     # ------------------------------------------------------------------ decoding
     @classmethod
@@ -593,10 +599,16 @@ class Companion:
     def column(self, spec: FieldSpec) -> list[Any] | None:
         """The field's first value per doc (None where it has none), from the `col` family;
         None when the field is not a column here."""
-        entry = self._field("col", spec)
-        if entry is None:
-            return None
-        return [v[0] if isinstance(v, list) else v for v in entry["values"]]
+        memo = _spec_key(spec)
+        got = self._first_values.get(memo)
+        if got is None:
+            entry = self._field("col", spec)
+            if entry is None:
+                return None
+            got = self._first_values[memo] = [
+                v[0] if isinstance(v, list) else v for v in entry["values"]
+            ]
+        return got
 
     def _all(self) -> frozenset[int]:
         return frozenset(range(self.doc_count))
@@ -683,7 +695,7 @@ class Companion:
     def _column_range(self, p: Compare, entry: Mapping[str, Any]) -> frozenset[int]:
         """The docs with a column value `p.op` p.value, by bisecting the column sorted by
         value (built on first use and kept with the companion, which readers cache)."""
-        name = p.field.name
+        name = _spec_key(p.field)
         got = self._sorted_cols.get(name)
         if got is None:
             pairs = sorted(
@@ -812,14 +824,18 @@ class Companion:
         iv = sec["intervals"][interval]
         step: int = iv["step"]
         out: dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]] = {}
-        keys: dict[str, tuple[dict[str, Any], str]] = {}  # a stored group -> its request group
+        keys: dict[Any, tuple[dict[str, Any], str]] = {}  # a stored group -> its request group
         for start, groups in iv["windows"]:
             if start < from_ms or start + step > to_ms:
                 continue
             buckets = out.setdefault(start, {})
             for key_list, states in groups:
-                memo = json.dumps(key_list)
-                known = keys.get(memo)
+                memo: Any = tuple(key_list)
+                try:
+                    known = keys.get(memo)
+                except TypeError:  # an unhashable dimension value (an array)
+                    memo = json.dumps(key_list)
+                    known = keys.get(memo)
                 if known is None:
                     dims_map = dict(zip(dims, key_list, strict=True))
                     key = {g: dims_map.get(g) for g in group_by}

@@ -8,22 +8,26 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from headwater.errors import BlobNotFound, StorageUnavailable
+from headwater.storage.requests import COUNTS, PUT, READ, RequestCounts
 
 _MISSING = ("NoSuchKey", "404")
 
 
 class S3BlobStore:
-    def __init__(self, client: Any, bucket: str) -> None:
+    def __init__(self, client: Any, bucket: str, counts: RequestCounts = COUNTS) -> None:
         self._s3 = client
         self._bucket = bucket
+        self.counts = counts  # per-stream request counters (node-local, _details)
 
     def put(self, key: str, body: bytes) -> None:
+        self.counts.note(key, PUT)
         try:
             self._s3.put_object(Bucket=self._bucket, Key=key, Body=body)
         except (ClientError, BotoCoreError) as exc:
             raise StorageUnavailable(f"blob put failed: {key}") from exc
 
     def get(self, key: str) -> bytes:
+        self.counts.note(key, READ)
         try:
             body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
         except (ClientError, BotoCoreError) as exc:
@@ -32,6 +36,7 @@ class S3BlobStore:
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of an object: one ranged GET."""
+        self.counts.note(key, READ)
         try:
             resp = self._s3.get_object(
                 Bucket=self._bucket, Key=key, Range=f"bytes={start}-{end - 1}"
@@ -47,6 +52,7 @@ class S3BlobStore:
 
     def find(self, key: str) -> bytes | None:
         """An object's bytes, or None if there is no such object."""
+        self.counts.note(key, READ)
         try:
             body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
         except ClientError as exc:

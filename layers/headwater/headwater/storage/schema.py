@@ -148,3 +148,4 @@ SPILL_PREFIX = "spill/"
 SEGMENT_PREFIX = "segments/"
 INDEX_PREFIX = "indexes/"
 REGISTRY_PREFIX = "registries/"  # Durable Streams schema registries, one object per revision
+COMPANION_SUFFIX = ".cix"  # a segment's index companion: its key + this (engine.segment)

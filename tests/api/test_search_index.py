@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from headwater.index.build import index_stream
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
 from headwater.storage.index_catalogue import DynamoIndexCatalogue
+from headwater.storage.schema import SEGMENT_PREFIX
 
 pytestmark = pytest.mark.api
 
@@ -380,3 +382,30 @@ def test_filter_and_key_reads_through_the_families_equal_a_scan(
     assert all(i <= s for i, s in gaps) and sum(gets_indexed) < sum(gets_scanned), gaps
     assert gets_indexed[-1] == gets_indexed[-2] == 0
     assert any(indexed[:12]) and all(indexed[12:16])
+
+
+def test_deleting_a_stream_removes_its_segments_and_companions(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    c = make_client(tiering=EAGER)
+    segs = _indexed(c, aws, settings, "gone")
+    head = services(c).engine.heads.get(topic_of("gone"))
+    assert head is not None
+
+    def objects() -> list[str]:
+        listed = aws.s3.list_objects_v2(Bucket=settings.bucket_name, Prefix=SEGMENT_PREFIX)
+        keys = [o["Key"] for o in listed.get("Contents", [])]
+        return [k for k in keys if any(k.startswith(s.key) for s in segs)]
+
+    assert len(objects()) == 2 * len(segs)  # each segment and its companion
+    # WHEN the stream is deleted THEN its sealed history goes, in the background
+    assert c.delete(url("gone")).status_code == 204
+    deadline = time.monotonic() + 10
+    while objects() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert objects() == []
+    assert services(c).upkeep.segments.after(head, 0, 100) == []
+    # ...and a new stream of the same name starts clean
+    make_stream(c, "gone", docs(5))
+    got = c.post(url("gone", "_search"), content=json.dumps({"q": "has:ms"}), headers=JSON)
+    assert got.status_code == 200 and got.json()["coverage"]["indexed_segments"] == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import uuid
 from collections import defaultdict
 from typing import Any
 
@@ -556,7 +557,8 @@ def test_details_count_this_process_object_store_requests_per_stream(sealed: Any
     head = services(c).engine.heads.get(topic_of("s"))
     assert head is not None
     services(c).engine.cache.drop_topic(cache_key(head))  # the sealed blocks read so far
-    make_stream(c, "other", docs(3))
+    other_name = f"other-{uuid.uuid4().hex[:8]}"  # counters are per process: a fresh name
+    make_stream(c, other_name, docs(3))
     body = {"q": "svc:nobody", "size": 5}
     assert c.post(url("s", "_search"), content=json.dumps(body), headers=JSON).status_code == 200
     r = c.get(url("s", "_details"), headers={"If-None-Match": tag})
@@ -565,5 +567,5 @@ def test_details_count_this_process_object_store_requests_per_stream(sealed: Any
     # THEN its segment reads grew, and another stream's traffic is not in them
     assert after["by_artifact"]["segments"]["reads"] > before["by_artifact"]["segments"]["reads"]
     assert after["by_artifact"]["segments"]["puts"] == before["by_artifact"]["segments"]["puts"]
-    other = c.get(url("other", "_details")).json()["object_store_requests"]
+    other = c.get(url(other_name, "_details")).json()["object_store_requests"]
     assert other["by_artifact"]["segments"] == {"puts": 0, "reads": 0}

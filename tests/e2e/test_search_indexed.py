@@ -14,7 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import ServerProcess
+from headwater.settings import Settings
+from headwater.storage.clients import AwsClients
+from headwater.storage.schema import COMPANION_SUFFIX, SEGMENT_PREFIX
+from tests.e2e.conftest import Cluster, ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -26,8 +29,27 @@ ENV = {
 }
 
 
+def _wait_covered(http: httpx.Client, base: str, what: str) -> dict[str, Any]:
+    """_index_status once everything is sealed and every segment indexed (60 s at most)."""
+    end = http.head(base).headers["stream-next-offset"]
+    started = time.monotonic()
+    status: dict[str, Any] = {}
+    while time.monotonic() - started < 60:
+        status = http.get(f"{base}/_index_status").json()
+        segments, companions = status["segments"], status["bundled_companions"]
+        if (
+            segments["sealed_through"] == end
+            and companions["lag_segments"] == 0
+            and companions["covered_segment_count"] == segments["total_count"]
+        ):
+            print(f"\n{what}: {time.monotonic() - started:.1f} s")
+            return status
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not sealed and indexed within 60 s: {status}")
+
+
 def test_a_running_server_indexes_sealed_segments_and_searches_through_them(
-    start_servers: Callable[..., list[ServerProcess]],
+    cluster: Cluster, start_servers: Callable[..., list[ServerProcess]]
 ) -> None:
     (server,) = start_servers(1, **ENV)
     base = f"{server.url}/v1/stream/app-logs"
@@ -48,24 +70,8 @@ def test_a_running_server_indexes_sealed_segments_and_searches_through_them(
             ]
             assert http.post(base, content=json.dumps(batch), headers=JSON).status_code == 204
         # THEN within 60 s everything is sealed and every segment indexed, with no step of ours
-        end = http.head(base).headers["stream-next-offset"]
-        started = time.monotonic()
-        status: dict[str, Any] = {}
-        while time.monotonic() - started < 60:
-            status = http.get(f"{base}/_index_status").json()
-            segments, companions = status["segments"], status["bundled_companions"]
-            if (
-                segments["sealed_through"] == end
-                and companions["lag_segments"] == 0
-                and companions["covered_segment_count"] == segments["total_count"]
-            ):
-                break
-            time.sleep(0.25)
-        else:
-            raise AssertionError(f"not sealed and indexed within 60 s: {status}")
-        lag_s = time.monotonic() - started
-        covered = companions["covered_segment_count"]
-        print(f"\nindexed {covered} segments {lag_s:.1f} s after the last append")
+        status = _wait_covered(http, base, "indexed after the last append")
+        covered = status["bundled_companions"]["covered_segment_count"]
         assert covered >= 1
         # ...and a search reads them through their companions: only matching entries
         q = {"q": "service:checkout status:>=500", "size": 200}
@@ -83,3 +89,30 @@ def test_a_running_server_indexes_sealed_segments_and_searches_through_them(
         found = sorted(int(h["source"]["message"].split()[1]) for h in got["hits"])
         assert found == want
         assert got["total"] == {"value": len(want), "relation": "eq"}
+        # WHEN the search config changes (a new plan): the families are rebuilt by themselves
+        search = http.get(f"{base}/_schema").json()["search"]
+        search["fields"]["status"]["exact"] = not search["fields"]["status"].get("exact", False)
+        assert http.post(f"{base}/_schema", json={"search": search}).status_code == 200
+        rebuilt = _wait_covered(http, base, "rebuilt after the config change")
+        assert rebuilt["bundled_companions"]["covered_segment_count"] == covered
+        again = http.post(f"{base}/_search", json=q).json()
+        assert again["coverage"]["indexed_segments"] == covered
+        assert sorted(h["offset"] for h in again["hits"]) == sorted(
+            h["offset"] for h in got["hits"]
+        )
+        # WHEN the stream is deleted THEN its segments and their companions go with it
+        settings = Settings(resource_prefix=cluster.prefix)
+        s3 = AwsClients.create(settings).s3
+
+        def companions() -> list[str]:
+            listed = s3.list_objects_v2(Bucket=settings.bucket_name, Prefix=SEGMENT_PREFIX)
+            return [
+                o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(COMPANION_SUFFIX)
+            ]
+
+        assert len(companions()) >= covered
+        assert http.delete(base).status_code == 204
+        deadline = time.monotonic() + 60
+        while companions() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert companions() == []

@@ -41,7 +41,7 @@ from headwater.engine.retention import (
     upkeep_due,
 )
 from headwater.engine.sealed import SealedReader, StaleHead
-from headwater.engine.segment import blocks_between
+from headwater.engine.segment import blocks_between, companion_key
 from headwater.engine.values import (
     AppendRequest,
     AppendResult,
@@ -361,7 +361,32 @@ class LogEngine:
 
         deleted = await self._io(run)
         self.notifier.notify(topic)
+        if deleted is not None and deleted.sealed_through > 0 and self.segments is not None:
+            self.submit_io(self._purge_sealed, deleted)
         return deleted
+
+    def _purge_sealed(self, head: Head) -> int:
+        """Remove a deleted incarnation's sealed history: its segment objects, their index
+        companions and its segment items (nothing reads them any more: a stream that forks
+        still read is held, not deleted). In the background after the delete; a process
+        that dies part way leaves the rest (objects nothing points at). Segments removed."""
+        store = self.segments
+        if store is None:
+            return 0
+        removed = 0
+        try:
+            while True:
+                segs = store.after(head, 0, 256)
+                if not segs:
+                    break
+                self.blobs.delete_many([k for s in segs for k in (s.key, companion_key(s.key))])
+                store.delete_items(head, [s.last_seq for s in segs])
+                removed += len(segs)
+        except Exception:  # best effort: the delete itself has happened
+            log.warning("purging %s's sealed history stopped", head.log_key, exc_info=True)
+        if self.sealed is not None:
+            self.sealed.forget(head)
+        return removed
 
     # --- append (group commit) ----------------------------------------------------------
     async def append(self, topic: str, req: AppendRequest) -> AppendResult:

@@ -12,6 +12,7 @@ DynamoDB Local, real DynamoDB's condition and ALL_OLD semantics)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from typing import Any
 
@@ -74,7 +75,10 @@ def test_a_lost_append_answer_is_one_commit(lossy: tuple[Backend, LossyClient]) 
     head = create_topic(backend, "t", 2)
     tail = DynamoLogTailStore(client, backend.settings, backend.blobs)
     # GIVEN an idempotent append whose answer is lost after it applied
-    commit = append_commit(head, recs(3), idem=[IdemEntry("k1", 3, 5, T0 + 60_000)])
+    # (expiry from the real clock: DynamoDB Local's TTL sweeper deletes items whose ttl,
+    # derived from it, is past, and T0 is in 2023)
+    now = int(time.time() * 1000)
+    commit = append_commit(head, recs(3), idem=[IdemEntry("k1", 3, 5, now + 60_000)])
     client.lose["transact_write_items"] = 1
     # WHEN the adapter re-sends it, THEN it reports the commit (not a conflict, no dedup)
     tail.commit_append(commit)
@@ -83,7 +87,7 @@ def test_a_lost_append_answer_is_one_commit(lossy: tuple[Backend, LossyClient]) 
     assert (after.head_seq, after.count) == (5, 5)
     frames = backend.tail.read_frames(after, 0, 5, 100)
     assert [f.last_seq for f in frames] == [2, 5]
-    assert backend.tail.get_idempotency(after, "k1", T0) is not None
+    assert backend.tail.get_idempotency(after, "k1", now) is not None
     # AND a different commit on the same stale head is still a genuine conflict
     with pytest.raises(AppendRejected) as info:
         tail.commit_append(append_commit(head, recs(1)))

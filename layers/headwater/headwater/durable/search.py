@@ -187,6 +187,17 @@ class Doc:
     version: int | None  # None: no schema (newest bindings)
 
 
+def _doc(rec: StoredRecord, reg: Mapping[str, Any] | None) -> Doc:
+    """A stored entry decoded for evaluation: its JSON value (None when it is not JSON: it
+    matches nothing) and its schema version (by the registry's boundaries)."""
+    try:
+        value = jsoncodec.loads(rec.data_raw)
+    except ValueError:
+        value = None  # a JSON stream never stores one
+    version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
+    return Doc(rec, value, version or None)
+
+
 async def scan(
     streams: DurableStreams,
     cov: Coverage,
@@ -278,12 +289,7 @@ async def _read_candidates(
         if order == "desc":
             recs.reverse()
         for rec in recs:
-            try:
-                value = jsoncodec.loads(rec.data_raw)
-            except ValueError:
-                value = None  # not JSON (a JSON stream never stores one): matches nothing
-            version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
-            yield Doc(rec, value, version or None)
+            yield _doc(rec, reg)
 
 
 async def _scan_range(
@@ -326,13 +332,9 @@ async def _scan_range(
                     cov.missing.append((lo, rec.seq))
                 return
             t0 = monotonic()
-            try:
-                value = jsoncodec.loads(rec.data_raw)
-            except ValueError:
-                value = None  # not JSON (a JSON stream never stores one): matches nothing
-            version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
+            doc = _doc(rec, reg)
             cov.note(rec.seq, monotonic() - t0)
-            yield Doc(rec, value, version or None)
+            yield doc
         if order == "asc":
             lo = nxt
         else:
@@ -578,10 +580,7 @@ async def _read_page(
             rec = recs.get(h.seq)
             if rec is None:
                 continue  # deleted since the request's snapshot
-            version = schema.version_at(reg, rec.seq, key=boundary_seq) if reg else 0
-            h = _Hit(
-                h.key, Doc(rec, jsoncodec.loads(rec.data_raw), version or None), h.score, h.seq
-            )
+            h = _Hit(h.key, _doc(rec, reg), h.score, h.seq)
         out.append(h)
     return out
 

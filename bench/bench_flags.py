@@ -255,6 +255,7 @@ class _Conn:
     frames: list[tuple[int, bytes]] = field(default_factory=list)  # (arrival ns, data)
     other: list[bytes] = field(default_factory=list)
     failed: str | None = None
+    ended_ns: int | None = None  # when the server ended the stream (None: still open)
 
 
 def latency_runner(
@@ -314,6 +315,7 @@ async def _latency(
                                 all_done.set()
                     elif not f.startswith(b":"):
                         c.other.append(f[:300])
+            c.ended_ns = time.monotonic_ns()
             if not released:
                 gate.release()
         except asyncio.CancelledError:
@@ -423,9 +425,15 @@ def check_deliveries(
             prev = d
         if seen != published:
             missing = sorted(set(published) - set(seen))
+            ended = (
+                "still open"
+                if c.ended_ns is None
+                else f"the server ended it {(c.ended_ns - docs[-1][0]) / 1e6:.0f} ms"
+                " after its last event"
+            )
             problems.append(
                 f"conn {k}: got {len(seen)} versions, expected {len(published)}"
-                f" (missing {missing[:5]}, order ok {seen == sorted(set(seen))})"
+                f" (missing {missing[:5]}, order ok {seen == sorted(set(seen))}; {ended})"
             )
     return lat, problems
 

@@ -72,3 +72,59 @@ def test_tag_delete_spanning_more_frames_than_one_transaction(
     assert count == 150
     assert earliest == 2
     assert calls["TransactWriteItems"] >= 150 + 2  # appends + at least two delete chunks
+
+
+def _conflicting(engine: Any, lost_races: int | None, counted: list[int]) -> None:
+    """Make the engine's next `lost_races` commit attempts (all, for None) lose a race:
+    nothing written, the head read back as a real lost race would return it."""
+    real = engine._try_commit
+
+    def attempt(topic: str, head: Any, *args: Any, **kwargs: Any) -> Any:
+        counted.append(1)
+        if lost_races is None or len(counted) <= lost_races:
+            return engine.heads.get(topic), True
+        return real(topic, head, *args, **kwargs)
+
+    engine._try_commit = attempt
+
+
+def test_an_append_past_its_budget_after_one_lost_race_still_commits(
+    moto: None, resource_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a topic, and an append budget already spent (slow storage ate it)
+    import headwater.engine.log as log_mod
+
+    engine = counting_engine(Settings(resource_prefix=resource_prefix), Counter())
+    asyncio.run(engine.append("slow", AppendRequest([_rec(0)])))
+    monkeypatch.setattr(log_mod, "APPEND_BUDGET_S", 0.0)
+    attempts: list[int] = []
+    # WHEN its first attempt loses one race
+    _conflicting(engine, 1, attempts)
+    result = asyncio.run(engine.append("slow", AppendRequest([_rec(1)])))
+    engine.close()
+    # THEN it is retried and commits: one lost race is not contention
+    assert (result.first_seq, len(attempts)) == (2, 2)
+
+
+def test_an_append_that_keeps_losing_races_past_its_budget_is_refused_unwritten(
+    moto: None, resource_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a topic whose every commit attempt loses a race, and a spent budget
+    import headwater.engine.log as log_mod
+    from headwater.errors import StorageUnavailable
+
+    engine = counting_engine(Settings(resource_prefix=resource_prefix), Counter())
+    asyncio.run(engine.append("busy", AppendRequest([_rec(0)])))
+    monkeypatch.setattr(log_mod, "APPEND_BUDGET_S", 0.0)
+    attempts: list[int] = []
+    _conflicting(engine, None, attempts)
+    # WHEN an append is made
+    with pytest.raises(StorageUnavailable) as caught:
+        asyncio.run(engine.append("busy", AppendRequest([_rec(1)])))
+    head = engine.heads.get("busy")
+    engine.close()
+    # THEN it gives up after the minimum number of lost races, with Retry-After, and the
+    # topic holds only the first record
+    assert len(attempts) == log_mod.MIN_CONFLICTS_TO_GIVE_UP
+    assert caught.value.headers == {"Retry-After": "1"}
+    assert head is not None and head.head_seq == 1

@@ -92,6 +92,7 @@ log = logging.getLogger(__name__)
 MAX_TXN_ITEMS = 100
 MAX_ATTEMPTS = 200
 APPEND_BUDGET_S = 20.0
+MIN_CONFLICTS_TO_GIVE_UP = 4
 TOUCH_INTERVAL_MS = 1000
 UPKEEP_INTERVAL_S = 1.0  # an append starts upkeep of its topic at most this often
 TTL_BACKSTOP_S = 7 * 86_400  # DynamoDB TTL of lossy-class frames, past their retention
@@ -509,7 +510,11 @@ class LogEngine:
             head, conflicted = outcome
             if conflicted:
                 conflicts += 1
-                if time.monotonic() > deadline:
+                # Give up only on contention: past the budget AND after several lost races.
+                # Time spent in slow or retried storage calls (botocore retries a lost or
+                # late answer itself) is not contention, and one race lost after it must
+                # not turn an append that can still succeed into a 503.
+                if conflicts >= MIN_CONFLICTS_TO_GIVE_UP and time.monotonic() > deadline:
                     raise StorageUnavailable(
                         "append kept conflicting with other writers; retry",
                         headers={"Retry-After": "1"},

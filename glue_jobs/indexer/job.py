@@ -6,7 +6,9 @@ plan generation) and its sealed segments past the covered prefix (headwater.inde
 `prepare`). The builds are mapped over those segments in Spark tasks: each task reads its
 segment from S3, runs the same pure per-segment build the server's upkeep runs
 (`build_segment`) and writes the companion next to the segment. The driver then publishes
-each stream's new coverage with one conditional catalogue write (`commit`).
+each stream's new coverage with one conditional catalogue write (`commit`), and compacts the
+covered segments' routing keys into lexicon runs (headwater.index.runs: the run builds mapped
+over Spark tasks too, the driver publishing them with another conditional write).
 
 Idempotent and incremental: a run with nothing new builds nothing; a run that dies before
 publishing leaves objects that the next run rewrites byte for byte; two runs at once build the
@@ -143,7 +145,7 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
                 now_ms=now,
                 max_segments=args.max_segments,
             )
-            if not isinstance(work, Pending) or not work.todo:
+            if not isinstance(work, Pending):
                 continue
             pending[(head.topic, head.epoch)] = work
             canonical = json.dumps(reg, sort_keys=True, separators=(",", ":"))
@@ -156,6 +158,7 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
         after = page[-1].topic
 
     built: list[tuple[str, int, int, int]] = []
+    published: dict[tuple[str, int], tuple[Any, Any]] = {}
     if tasks:
         bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
         slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
@@ -176,17 +179,109 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
                 break
             done.append(got[seg.last_seq])
         progress = commit(work, done, catalogue=catalogue, now_ms=int(time.time() * 1000))
-        summary["streams"][topic] = {
-            "built": progress.built,
-            "covered_through": progress.covered_through,
-            "segments": progress.segments,
-            "lost_race": progress.lost_race,
-            "reset": progress.reset,
-        }
+        if progress.catalogue is not None and work.plan.routing_keys:
+            published[(topic, epoch)] = (work.head, progress.catalogue)
+        if progress.built or progress.lost_race or progress.reset:
+            summary["streams"][topic] = {
+                "built": progress.built,
+                "covered_through": progress.covered_through,
+                "segments": progress.segments,
+                "lost_race": progress.lost_race,
+                "reset": progress.reset,
+            }
         summary["built"] += progress.built
         summary["bytes"] += progress.bytes
-    log.info("indexed %d segments of %d streams", summary["built"], len(pending))
+    summary["runs"] = _compact(spark, args, published, segments, catalogue)
+    log.info(
+        "indexed %d segments and compacted %d lexicon runs of %d streams",
+        summary["built"],
+        summary["runs"],
+        len(pending),
+    )
     return summary
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One lexicon run to build: its stream, plan generation and member segments
+    ((first seq, last seq, object key) each, in order)."""
+
+    topic: str
+    epoch: int
+    generation: str
+    members: tuple[tuple[int, int, str], ...]
+
+
+def build_runs(
+    tasks: Iterator[RunTask], bucket: str, endpoint_url: str | None, region: str | None
+) -> Iterator[tuple[str, int, int, int, str]]:
+    """A Spark partition's lexicon runs: (topic, epoch, first seq, last seq, last segment's
+    object name) of each run built and written (a run whose companions are not all there
+    yet is skipped: the next run builds it)."""
+    from headwater.index.runs import build_run_of, run_key
+
+    _ddb, s3 = _clients(JobArgs(bucket, "", endpoint_url, region))
+
+    def get(key: str) -> bytes:
+        try:
+            body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except Exception as exc:  # missing or unreadable: not compacted this run
+            raise LookupError(key) from exc
+        return body
+
+    for t in tasks:
+        body = build_run_of(t.generation, t.members, get)
+        if body is None:
+            continue
+        last_key = t.members[-1][2]
+        s3.put_object(Bucket=bucket, Key=run_key(last_key), Body=body)
+        yield (t.topic, t.epoch, t.members[0][0], t.members[-1][1], last_key.rsplit("/", 1)[-1])
+
+
+def _compact(
+    spark: SparkSession,
+    args: JobArgs,
+    published: dict[tuple[str, int], tuple[Any, Any]],
+    segments: Any,
+    catalogue: Any,
+) -> int:
+    """Compact each stream's covered segments into lexicon runs (headwater.index.runs): the
+    run builds are mapped over Spark tasks, then the driver publishes each stream's new runs
+    (the contiguous prefix that was built) with one conditional catalogue write."""
+    from headwater.index.runs import members_of, plan_runs, publish_runs
+
+    tasks: list[RunTask] = []
+    for (topic, epoch), (head, cat) in sorted(published.items()):
+        for group in plan_runs(head, cat, segments, max_runs=args.max_segments):
+            tasks.append(RunTask(topic, epoch, cat.generation, members_of(group)))
+    if not tasks:
+        return 0
+    bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
+    slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
+    built = (
+        spark.sparkContext.parallelize(tasks, slices)
+        .mapPartitions(lambda part: build_runs(part, bucket, endpoint, region))
+        .collect()
+    )
+    spans: dict[tuple[str, int], dict[int, tuple[int, int, str]]] = {}
+    for topic, epoch, first, last, name in built:
+        spans.setdefault((topic, epoch), {})[first] = (first, last, name)
+    done = 0
+    for (topic, epoch), (head, cat) in sorted(published.items()):
+        got = spans.get((topic, epoch), {})
+        runs: list[tuple[int, int, str]] = []
+        for t in tasks:
+            if (t.topic, t.epoch) != (topic, epoch):
+                continue
+            if t.members[0][0] not in got:
+                break
+            runs.append(got[t.members[0][0]])
+        if not runs:
+            continue
+        now = int(time.time() * 1000)
+        if publish_runs(head, cat, runs, segments=segments, catalogue=catalogue, now_ms=now):
+            done += len(runs)
+    return done
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:

@@ -74,3 +74,26 @@ def test_a_publish_whose_answer_was_lost_is_recognised_as_applied(backend: Backe
     assert cat.publish("t", 1, start, moved) is True
     assert len(sent) == 1
     assert _cat(backend).get("t", 1) == moved
+
+
+def test_lexicon_runs_are_kept_and_guard_the_publish(backend: Backend) -> None:
+    cat = _cat(backend)
+    # GIVEN a catalogue covering 32 segments, no runs yet
+    base = Catalogue("g", 320, 32, 1000, 1)
+    assert cat.publish("t", 1, None, base)
+    # WHEN a compaction adds two runs
+    ran = Catalogue(
+        "g", 320, 32, 1000, 2, runs=((1, 160, "0001-0160-ab"), (161, 320, "0311-0320-cd"))
+    )
+    assert cat.publish("t", 1, base, ran) is True
+    # THEN they read back in order, and a builder that read the state without them loses
+    assert cat.get("t", 1) == ran
+    assert cat.publish("t", 1, base, Catalogue("g", 330, 33, 1100, 3)) is False
+    # ...while one that read them moves coverage on, keeping them
+    on = Catalogue("g", 330, 33, 1100, 3, runs=ran.runs)
+    assert cat.publish("t", 1, ran, on) is True
+    assert cat.get("t", 1) == on
+    # ...and a reset (a new plan) drops them
+    assert cat.publish("t", 1, on, Catalogue("g2", 0, 0, 0, 4)) is True
+    got = cat.get("t", 1)
+    assert got is not None and got.runs == ()

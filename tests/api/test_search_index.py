@@ -18,7 +18,7 @@ from test_v1_search import EAGER, JSON, SERVICES, WORDS, docs, make_stream, serv
 
 from headwater.durable.state import state_of, topic_of
 from headwater.engine.segment import companion_key
-from headwater.index import reader
+from headwater.index import reader, runs
 from headwater.index.build import index_stream
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
@@ -385,8 +385,9 @@ def test_filter_and_key_reads_through_the_families_equal_a_scan(
 
 
 def test_deleting_a_stream_removes_its_segments_and_companions(
-    make_client: MakeClient, aws: AwsClients, settings: Settings
+    make_client: MakeClient, aws: AwsClients, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(runs, "RUN_SEGMENTS", 3)
     c = make_client(tiering=EAGER)
     segs = _indexed(c, aws, settings, "gone")
     head = services(c).engine.heads.get(topic_of("gone"))
@@ -397,7 +398,8 @@ def test_deleting_a_stream_removes_its_segments_and_companions(
         keys = [o["Key"] for o in listed.get("Contents", [])]
         return [k for k in keys if any(k.startswith(s.key) for s in segs)]
 
-    assert len(objects()) == 2 * len(segs)  # each segment and its companion
+    # each segment and its companion, and a lexicon run per 3 segments
+    assert len(objects()) == 2 * len(segs) + len(segs) // 3
     # WHEN the stream is deleted THEN its sealed history goes, in the background
     assert c.delete(url("gone")).status_code == 204
     deadline = time.monotonic() + 10
@@ -409,3 +411,55 @@ def test_deleting_a_stream_removes_its_segments_and_companions(
     make_stream(c, "gone", docs(5))
     got = c.post(url("gone", "_search"), content=json.dumps({"q": "has:ms"}), headers=JSON)
     assert got.status_code == 200 and got.json()["coverage"]["indexed_segments"] == 0
+
+
+def test_routing_keys_and_key_reads_use_the_lexicon_runs(
+    make_client: MakeClient, aws: AwsClients, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN 8 indexed segments compacted into lexicon runs of 3 (the last two are in none)
+    monkeypatch.setattr(runs, "RUN_SEGMENTS", 3)
+    c = make_client(tiering=EAGER)
+    segs = _indexed(c, aws, settings, "lex")
+    svc = services(c)
+    head = svc.engine.heads.get(topic_of("lex"))
+    cat = DynamoIndexCatalogue(aws.dynamodb, settings)
+    saved = cat.get(head.topic, head.epoch)
+    assert saved is not None and len(segs) == 8
+    assert [(a, b) for a, b, _ in saved.runs] == [
+        (segs[0].first_seq, segs[2].last_seq),
+        (segs[3].first_seq, segs[5].last_seq),
+    ]
+    want = sorted({d["rk"] for d in docs(N, seed=11)})
+    # WHEN routing keys are listed with cold caches
+    reader._CACHE._lru.clear()
+    reader._RUNS.clear()
+    misses = reader._CACHE.misses
+    keys, pages = _key_pages(c, "lex", 9)
+    # THEN two runs and two companions answered every page; no segment was read
+    assert keys == want
+    assert all(p["timing"]["lexicon_runs_loaded"] == 4 for p in pages)
+    assert all(p["coverage"]["scanned_uploaded_segments"] == 0 for p in pages)
+    assert reader._CACHE.misses - misses == 2  # only the last two segments' companions
+    # WHEN a key= read asks for a key no segment holds THEN the runs rule out their six
+    # segments without opening their companions
+    reader._CACHE._lru.clear()
+    misses = reader._CACHE.misses
+    assert _read_all(c, "lex", key="zz-none") == []
+    assert reader._CACHE.misses - misses == 2
+    # ...and a key that exists is read exactly
+    values = docs(N, seed=11) + docs(N, seed=11)[N - 20 :]
+    assert _read_all(c, "lex", key="k07") == [v for v in values if v["rk"] == "k07"]
+    # WHEN an entry of the first run is deleted (its lexicon may now list a key too many)
+    victim = segs[1].first_seq
+    c.portal.call(svc.engine.delete_seqs, head.topic, [victim])  # type: ignore[union-attr]
+    after_delete, pages = _key_pages(c, "lex", 9)
+    # THEN that run is not used: its segments are answered per companion or scanned, and
+    # the keys are those of the entries left
+    assert all(p["timing"]["lexicon_runs_loaded"] < 4 + 3 for p in pages)
+    assert all(p["coverage"]["scanned_uploaded_segments"] >= 1 for p in pages)
+    left = [v for i, v in enumerate(values) if i + 1 != victim]
+    assert after_delete == sorted({v["rk"] for v in left})
+    # ...exactly what a scan answers
+    cat.delete(head.topic, head.epoch)
+    scanned, _ = _key_pages(c, "lex", 9)
+    assert scanned == after_delete

@@ -20,6 +20,7 @@ from headwater.dev.emulator import MotoServer
 from headwater.durable.state import state_of, topic_of
 from headwater.engine.segment import companion_key
 from headwater.http.app import create_app
+from headwater.index import runs
 from headwater.index.build import index_stream
 from headwater.names import object_key_component
 from headwater.settings import Settings, Tiering
@@ -84,7 +85,11 @@ def _stream(c: TestClient, name: str, n: int, start: int = 0, search: bool = Tru
     if start == 0:
         assert c.put(f"/v1/stream/{name}", headers=JSON).status_code == 201
         if search:
-            body = {"schema": {"type": "object"}, "search": SEARCH}
+            body = {
+                "schema": {"type": "object"},
+                "search": SEARCH,
+                "routingKey": {"jsonPointer": "/svc", "required": True},
+            }
             r = c.post(f"/v1/stream/{name}/_schema", content=json.dumps(body), headers=JSON)
             assert r.status_code == 200, r.text
     values = [
@@ -112,7 +117,7 @@ def _args(settings: Settings, emulator: MotoServer) -> list[str]:
 
 def _objects(aws: AwsClients, settings: Settings, name: str) -> dict[str, bytes]:
     resp = aws.s3.list_objects_v2(Bucket=settings.bucket_name, Prefix="segments/")
-    keys = sorted(o["Key"] for o in resp.get("Contents", []) if o["Key"].endswith(".cix"))
+    keys = sorted(o["Key"] for o in resp.get("Contents", []) if o["Key"].endswith((".cix", ".rkr")))
     part = object_key_component(topic_of(name))
     return {
         k: aws.s3.get_object(Bucket=settings.bucket_name, Key=k)["Body"].read()
@@ -126,7 +131,9 @@ def test_the_job_indexes_sealed_segments_like_the_server_and_is_incremental(
     emulator: MotoServer,
     app: tuple[TestClient, Settings, AwsClients],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(runs, "RUN_SEGMENTS", 2)  # (the driver plans the runs)
     c, settings, aws = app
     # GIVEN a searchable stream with sealed segments, and a plain one
     _stream(c, "logs", 45)
@@ -138,15 +145,20 @@ def test_the_job_indexes_sealed_segments_like_the_server_and_is_incremental(
     # WHEN the job runs on local Spark
     assert main(_args(settings, emulator), spark=spark) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    # THEN every sealed segment of the searchable stream got a companion, coverage published
-    assert summary["built"] == len(segs)
+    # THEN every sealed segment of the searchable stream got a companion, coverage published,
+    # and each two covered segments a lexicon run
+    assert summary["built"] == len(segs) == 3
+    assert summary["runs"] == 1
     assert list(summary["streams"]) == [topic_of("logs")]
     by_job = _objects(aws, settings, "logs")
-    assert sorted(by_job) == sorted(companion_key(s.key) for s in segs)
+    assert sorted(by_job) == sorted(
+        [companion_key(s.key) for s in segs] + [runs.run_key(segs[1].key)]
+    )
     cat = DynamoIndexCatalogue(aws.dynamodb, settings)
     got = cat.get(head.topic, head.epoch)
     assert got is not None and got.covered_through == segs[-1].last_seq
-    assert got.bytes == sum(len(b) for b in by_job.values())
+    assert got.runs == (runs.span_of(segs[:2]),)
+    assert got.bytes == sum(len(b) for k, b in by_job.items() if k.endswith(".cix"))
     assert _objects(aws, settings, "plain") == {}
     # ...and the server's in-process indexer writes byte-identical objects
     aws.s3.delete_objects(
@@ -159,7 +171,7 @@ def test_the_job_indexes_sealed_segments_like_the_server_and_is_incremental(
     local = index_stream(
         head, reg, segments=svc.upkeep.segments, blobs=svc.engine.blobs, catalogue=cat, now_ms=1
     )
-    assert local.built == len(segs)
+    assert local.built == len(segs) and local.runs == 1
     assert _objects(aws, settings, "logs") == by_job
     # WHEN the job runs again with nothing new THEN it builds nothing
     assert main(_args(settings, emulator), spark=spark) == 0
@@ -175,3 +187,5 @@ def test_the_job_indexes_sealed_segments_like_the_server_and_is_incremental(
     assert third["built"] == len(segs2) - len(segs)
     got = cat.get(head.topic, head.epoch)
     assert got is not None and got.covered_through == segs2[-1].last_seq
+    assert third["runs"] == len(segs2) // 2 - 1
+    assert got.runs == tuple(runs.span_of(segs2[i : i + 2]) for i in range(0, len(segs2) - 1, 2))

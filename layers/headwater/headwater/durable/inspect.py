@@ -1,9 +1,9 @@
 """Stream and server inspection (protocol §7B): ``_routing_keys``, ``_index_status``,
 ``_details``, ``/v1/server/_details`` and ``/v1/server/_mem``.
 
-No index family is built yet (later increments), so ``_routing_keys`` scans the stream, and
-``_index_status`` reports each family the search config wants with zero coverage and every
-sealed segment as lag. Fields of the reference that describe Bun/SQLite internals (heap,
+``_routing_keys`` answers from the lexicon runs and the segments' index companions where they
+are current and scans the rest; ``_index_status`` reports coverage from the index catalogue.
+Fields of the reference that describe Bun/SQLite internals (heap,
 SQLite allocator, forced GC, mmap'd files) are reported as null or zero (see
 docs/durable-streams.md)."""
 
@@ -16,7 +16,7 @@ import os
 import resource
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from headwater.durable import profiles
 from headwater.durable.offsets import encode_offset
@@ -25,6 +25,9 @@ from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams
 from headwater.durable.state import StreamState, name_of
 from headwater.storage.index_catalogue import Catalogue
 from headwater.storage.ports import Head, SegmentItem
+
+if TYPE_CHECKING:
+    from headwater.index.runs import LexiconRun
 
 ROUTING_DEFAULT_LIMIT: Final = 100
 ROUTING_MAX_LIMIT: Final = 500
@@ -35,9 +38,12 @@ _STARTED = time.time()
 
 # --------------------------------------------------------------------------- routing keys
 class KeyIndex(Protocol):
-    """The routing keys a sealed segment's index companion holds (None: no usable one)."""
+    """The routing keys a sealed segment's index companion holds (None: no usable one), and
+    the lexicon run over it (index/runs.py; None: none)."""
 
     async def keys_of(self, seg: SegmentItem) -> Sequence[str] | None: ...
+
+    async def run_for(self, seg: SegmentItem) -> LexiconRun | None: ...
 
 
 class _Page:
@@ -79,23 +85,42 @@ class _Page:
 
 
 class _KeysFromIndex:
-    """A scan pruner that answers a segment from its companion's routing keys (adding them
-    to the page) and so skips reading it; a segment without one is scanned."""
+    """A scan pruner that answers a segment from the lexicon run over it (all of the run's
+    segments at once, when the run still spans exactly the stream's segments) or else from
+    its companion's routing keys, adding them to the page and so skipping its read; a
+    segment with neither is scanned."""
 
     families: frozenset[str] = frozenset({"rk"})
 
-    def __init__(self, index: KeyIndex, page: _Page) -> None:
+    def __init__(self, index: KeyIndex, page: _Page, segments: Sequence[SegmentItem]) -> None:
         self.index, self.page = index, page
+        self.by_first = {s.first_seq: s for s in segments}
         self.ms = 0
+        self.runs_loaded = 0  # lexicon runs used
+        self.companions_loaded = 0  # segments answered by their own companion
+        self._runs: dict[int, bool] = {}  # run first seq -> usable (its keys added)
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
         t0 = monotonic()
-        got = await self.index.keys_of(seg)
-        self.ms += round((monotonic() - t0) * 1000)
-        if got is None:
-            return None
-        self.page.add_sorted(got)
-        return frozenset()
+        try:
+            run = await self.index.run_for(seg)
+            if run is not None:
+                usable = self._runs.get(run.first_seq)
+                if usable is None:
+                    usable = self._runs[run.first_seq] = run.listable(self.by_first)
+                    if usable:
+                        self.page.add_sorted(run.keys)
+                        self.runs_loaded += 1
+                if usable:
+                    return frozenset()
+            got = await self.index.keys_of(seg)
+            if got is None:
+                return None
+            self.page.add_sorted(got)
+            self.companions_loaded += 1
+            return frozenset()
+        finally:
+            self.ms += round((monotonic() - t0) * 1000)
 
 
 async def routing_keys(
@@ -118,7 +143,7 @@ async def routing_keys(
     scanned_bytes = 0
     capped = False
     t0 = monotonic()
-    from_index = _KeysFromIndex(index, found) if index is not None else None
+    from_index = _KeysFromIndex(index, found, cov.segments) if index is not None else None
     async for doc in scan(streams, cov, deadline, None, 0, head.head_seq, "asc", from_index):
         scanned_bytes += len(doc.rec.data_raw)
         tag = doc.rec.tag_json
@@ -161,7 +186,9 @@ async def routing_keys(
             "fallback_scan_ms": max(0, scan_ms - index_ms),
             "fallback_segment_get_ms": round(cov.scanned_segment_time_ms),
             "fallback_wal_scan_ms": round(cov.scanned_tail_time_ms) if local else 0,
-            "lexicon_runs_loaded": cov.indexed_segments,
+            "lexicon_runs_loaded": (
+                from_index.runs_loaded + from_index.companions_loaded if from_index else 0
+            ),
         },
         "keys": page,
         "next_after": page[-1] if page and (more or not complete) else None,

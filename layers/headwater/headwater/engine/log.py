@@ -41,7 +41,7 @@ from headwater.engine.retention import (
     upkeep_due,
 )
 from headwater.engine.sealed import SealedReader, StaleHead
-from headwater.engine.segment import blocks_between, companion_key
+from headwater.engine.segment import blocks_between, object_keys
 from headwater.engine.values import (
     AppendRequest,
     AppendResult,
@@ -380,7 +380,7 @@ class LogEngine:
                 segs = store.after(head, 0, 256)
                 if not segs:
                     break
-                self.blobs.delete_many([k for s in segs for k in (s.key, companion_key(s.key))])
+                self.blobs.delete_many([k for s in segs for k in object_keys(s.key)])
                 store.delete_items(head, [s.last_seq for s in segs])
                 removed += len(segs)
         except Exception:  # best effort: the delete itself has happened

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from headwater.engine.records import StoredRecord
-from headwater.storage.schema import COMPANION_SUFFIX
+from headwater.storage.schema import COMPANION_SUFFIX, LEXICON_RUN_SUFFIX
 
 SEGMENT_VERSION = 1
 MAGIC = b"HWSEG\x00"
@@ -360,3 +360,15 @@ def companion_key(segment_key: str) -> str:
     """The S3 key of a segment's index companion (headwater.index): next to the segment, so
     whatever deletes a segment deletes its companion with it."""
     return segment_key + COMPANION_SUFFIX
+
+
+def lexicon_run_key(segment_key: str) -> str:
+    """The S3 key of the routing-key lexicon run ending with this segment (headwater.index
+    .runs), if one was built."""
+    return segment_key + LEXICON_RUN_SUFFIX
+
+
+def object_keys(segment_key: str) -> tuple[str, str, str]:
+    """Every object a sealed segment may have: itself, its companion, the lexicon run ending
+    with it (deleting an absent key is harmless)."""
+    return segment_key, companion_key(segment_key), lexicon_run_key(segment_key)

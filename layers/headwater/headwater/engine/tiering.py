@@ -22,7 +22,7 @@ from headwater.engine.quotas import TOTAL_BYTES
 from headwater.engine.records import Frame
 from headwater.engine.retention import is_tiered, merge_runs, over_cap, retention_ms
 from headwater.engine.sealed import StaleHead
-from headwater.engine.segment import companion_key, encode_index, encode_segment
+from headwater.engine.segment import encode_index, encode_segment, object_keys
 from headwater.errors import HeadwaterError
 from headwater.names import object_key_component
 from headwater.settings import Tiering
@@ -242,8 +242,8 @@ class Upkeep:
         frames = [u.frame for u in units if u.frame is not None]
         if segs:
             self.segments.delete_items(head, [s.last_seq for s in segs])
-            # each segment's object and its index companion (there may be none)
-            self.log.blobs.delete_many([k for s in segs for k in (s.key, companion_key(s.key))])
+            # each segment's object, its index companion and lexicon run (there may be none)
+            self.log.blobs.delete_many([k for s in segs for k in object_keys(s.key)])
         self._delete_frames(head, frames)
         report.dropped += len(segs) + len(frames)
 

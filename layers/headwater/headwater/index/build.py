@@ -18,6 +18,7 @@ catalogue's and scans a segment whose companion does not match."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 from headwater.engine.segment import companion_key, decode_segment
 from headwater.index.companion import build_companion, docs_from_records
 from headwater.index.plan import IndexPlan
+from headwater.index.runs import compact_runs
 from headwater.storage.index_catalogue import Catalogue
 from headwater.storage.ports import Head, SegmentItem
 
@@ -52,6 +54,8 @@ class Progress:
     reset: bool = False
     lost_race: bool = False
     keys: list[str] = field(default_factory=list)
+    runs: int = 0  # lexicon runs the catalogue lists after the pass
+    catalogue: Catalogue | None = None  # as published (None: not read or lost)
 
 
 class SegmentLister(Protocol):
@@ -124,12 +128,12 @@ def commit(
     out = Progress(generation=cat.generation, reset=pending.reset)
     if built:
         last = pending.todo[len(built) - 1]
-        new = Catalogue(
-            cat.generation,
-            last.last_seq,
-            cat.segments + len(built),
-            cat.bytes + sum(built),
-            now_ms,
+        new = dataclasses.replace(
+            cat,
+            covered_through=last.last_seq,
+            segments=cat.segments + len(built),
+            bytes=cat.bytes + sum(built),
+            updated_ms=now_ms,
         )
         if not catalogue.publish(pending.head.topic, pending.head.epoch, cat, new):
             out.lost_race = True  # another pass published (the same bytes): read again next time
@@ -137,6 +141,7 @@ def commit(
         cat = new
     out.built, out.bytes = len(built), sum(built)
     out.covered_through, out.segments = cat.covered_through, cat.segments
+    out.catalogue = cat
     return out
 
 
@@ -175,4 +180,20 @@ def index_stream(
         sizes.append(len(body))
     out = commit(work, sizes, catalogue=catalogue, now_ms=now_ms)
     out.keys = keys
+    if out.lost_race:
+        return out
+    cat = out.catalogue
+    assert cat is not None
+    after, written = compact_runs(
+        head,
+        cat,
+        routing_keys=work.plan.routing_keys,
+        segments=segments,
+        blobs=blobs,
+        catalogue=catalogue,
+        now_ms=now_ms,
+    )
+    out.keys += written
+    out.runs = len(after.runs) if after is not None else len(cat.runs)
+    out.lost_race = after is None
     return out

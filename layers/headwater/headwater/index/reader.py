@@ -24,12 +24,15 @@ from headwater.durable.filter import FieldSpec, Predicate
 from headwater.engine.log import LogEngine
 from headwater.engine.segment import companion_key
 from headwater.errors import StorageUnavailable
+from headwater.index import runs
 from headwater.index.companion import Companion, CompanionError
 from headwater.index.plan import IndexPlan
+from headwater.index.runs import LexiconRun, LexiconRunError, runs_touching
 from headwater.storage.index_catalogue import Catalogue, DynamoIndexCatalogue
 from headwater.storage.ports import Head, SegmentItem
 
 CACHE_ENTRIES = 512
+RUN_CACHE_ENTRIES = 32
 
 
 class CompanionCache:
@@ -57,6 +60,7 @@ class CompanionCache:
 
 
 _CACHE = CompanionCache()
+_RUNS: OrderedDict[str, LexiconRun] = OrderedDict()
 
 
 class StreamIndex:
@@ -69,6 +73,28 @@ class StreamIndex:
         self.plan = plan
         self.catalogue = catalogue
         self.cache = cache
+
+    async def run_for(self, seg: SegmentItem) -> LexiconRun | None:
+        """The lexicon run the catalogue lists over this segment, built for this plan (None:
+        there is none, or it cannot be read: use the segment's companion)."""
+        span = runs_touching(self.catalogue, seg)
+        if span is None or span[1] > self.catalogue.covered_through:
+            return None
+        key = runs.key_of(span, seg)
+        run = _RUNS.get(key)
+        if run is None or run.generation != self.plan.generation:
+            try:
+                raw = await self.engine.run_io(self.engine.blobs.get, key)
+                run = LexiconRun.from_bytes(raw)
+            except (StorageUnavailable, LexiconRunError):
+                return None
+            _RUNS[key] = run
+            while len(_RUNS) > RUN_CACHE_ENTRIES:
+                _RUNS.popitem(last=False)
+        _RUNS.move_to_end(key)
+        if run.generation != self.plan.generation or run.member_of(seg) is None:
+            return None
+        return run
 
     def covers(self, seg: SegmentItem) -> bool:
         return seg.last_seq <= self.catalogue.covered_through
@@ -162,12 +188,16 @@ class QueryPruner:
 
 class KeyPruner:
     """durable.service.SegmentPruner for a `key=` read: the seqs of the segment's entries
-    with that routing key, from the companion's routing-key family."""
+    with that routing key, from the companion's routing-key family; a segment whose lexicon
+    run says it lacks the key is skipped without opening its companion."""
 
     def __init__(self, index: StreamIndex, key: str) -> None:
         self.index, self.key = index, key
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
+        run = await self.index.run_for(seg)
+        if run is not None and run.may_hold(seg, self.key) is False:
+            return frozenset()  # the run's lexicon proves the key absent: not even opened
         comp = await self.index.companion(seg)
         if comp is None or "rk" not in comp.families:
             return None

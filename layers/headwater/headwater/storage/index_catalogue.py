@@ -4,7 +4,9 @@ index table, `pk` = `c#<topic>#<epoch>`, `sk` = `catalogue`. It says which index
 which contiguous prefix of the stream's sealed segments (`covered_through`: the last seq of
 the last covered segment). Companion objects live in S3 at keys derived from the segment and
 the generation (headwater.index.build.companion_key), so the catalogue needs no item per
-segment.
+segment. `runs` lists the routing-key lexicon runs (index/runs.py) compacted over
+consecutive covered segments, as (first seq, last seq, name of the run's last segment object)
+in seq order: the run's object sits next to that segment.
 
 Coverage is published by one conditional write: it moves from exactly what the builder read
 to the new prefix, so two builders running at once (the Glue job twice, or the job and a
@@ -35,13 +37,28 @@ def catalogue_pk(topic: str, epoch: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Catalogue:
     """What is indexed: `segments` sealed segments through seq `covered_through`, built for
-    plan `generation`, `bytes` of companions at rest; `updated_ms` when it last moved."""
+    plan `generation`, `bytes` of companions at rest; `updated_ms` when it last moved;
+    `runs` the (first seq, last seq, last segment's object name) of each lexicon run."""
 
     generation: str
     covered_through: int = 0
     segments: int = 0
     bytes: int = 0
     updated_ms: int = 0
+    runs: tuple[tuple[int, int, str], ...] = ()
+
+
+def _runs_text(runs: tuple[tuple[int, int, str], ...]) -> str:
+    return ",".join(f"{a}-{b}-{name}" for a, b, name in runs)
+
+
+def _runs_of(text: str) -> tuple[tuple[int, int, str], ...]:
+    out: list[tuple[int, int, str]] = []
+    for part in text.split(","):
+        if part:
+            a, b, name = part.split("-", 2)
+            out.append((int(a), int(b), name))
+    return tuple(out)
 
 
 def _catalogue(item: dict[str, Any]) -> Catalogue:
@@ -51,6 +68,7 @@ def _catalogue(item: dict[str, Any]) -> Catalogue:
         segments=_i(item, "nseg"),
         bytes=_i(item, "byt"),
         updated_ms=_i(item, "upd"),
+        runs=_runs_of(item["runs"]["S"]) if "runs" in item else (),
     )
 
 
@@ -83,6 +101,8 @@ class DynamoIndexCatalogue:
             "byt": _n(new.bytes),
             "upd": _n(new.updated_ms),
         }
+        if new.runs:
+            item["runs"] = _s(_runs_text(new.runs))
         if expected is None:
             return conditional(
                 self._ddb.put_item,
@@ -94,11 +114,13 @@ class DynamoIndexCatalogue:
             self._ddb.put_item,
             TableName=self._table,
             Item=item,
-            ConditionExpression="gen = :g AND cov = :c AND nseg = :n",
+            ConditionExpression="gen = :g AND cov = :c AND nseg = :n AND "
+            + ("runs = :r" if expected.runs else "attribute_not_exists(runs)"),
             ExpressionAttributeValues={
                 ":g": _s(expected.generation),
                 ":c": _n(expected.covered_through),
                 ":n": _n(expected.segments),
+                **({":r": _s(_runs_text(expected.runs))} if expected.runs else {}),
             },
         )
 

@@ -18,6 +18,7 @@ from headwater.names import object_key_component
 from headwater.storage.schema import (
     COMPANION_SUFFIX,
     INDEX_PREFIX,
+    LEXICON_RUN_SUFFIX,
     REGISTRY_PREFIX,
     SEGMENT_PREFIX,
     SPILL_PREFIX,
@@ -41,7 +42,7 @@ def classify(key: str) -> tuple[str, str] | None:
             component, sep, _ = key[len(prefix) :].partition("/")
             if not sep or not component:
                 return None
-            if artifact == "segments" and key.endswith(COMPANION_SUFFIX):
+            if artifact == "segments" and key.endswith((COMPANION_SUFFIX, LEXICON_RUN_SUFFIX)):
                 artifact = "indexes"
             return component, artifact
     return None

@@ -149,3 +149,4 @@ SEGMENT_PREFIX = "segments/"
 INDEX_PREFIX = "indexes/"
 REGISTRY_PREFIX = "registries/"  # Durable Streams schema registries, one object per revision
 COMPANION_SUFFIX = ".cix"  # a segment's index companion: its key + this (engine.segment)
+LEXICON_RUN_SUFFIX = ".rkr"  # a routing-key lexicon run ending at a segment (index.runs)

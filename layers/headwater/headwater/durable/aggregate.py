@@ -1,6 +1,7 @@
 """``_aggregate`` (protocol §4.3, §8.7): time-window rollups declared under
-``search.rollups``, answered exactly by scanning the stream (``.agg`` companions are a later
-increment: ``coverage.used_rollups`` is false). Shapes follow the reference
+``search.rollups``, answered exactly: windows wholly inside the range from the sealed
+segments' index companions (``agg`` family, ``used_rollups``), the edges and the rest by
+scanning. Shapes follow the reference
 (``src/search/aggregate.ts``): a record contributes only if it passes the rollup's
 ``include``, has exactly one timestamp value, at most one value per dimension and exactly one
 numeric value per ``summary`` field; a ``count`` measure with its own ``include`` counts the
@@ -74,28 +75,40 @@ def _bucket_value(key: str) -> float:
     return float(key)
 
 
-def _percentiles(
-    entries: Sequence[tuple[float, str, int]], ps: Sequence[float]
-) -> list[float | None]:
-    """The bucket (a power of two) holding each quantile in `ps` (ascending), one pass over
-    the histogram's (bucket value, key, count) entries in bucket order."""
-    total = sum(n for _, _, n in entries if n > 0)
+@functools.lru_cache(maxsize=4096)
+def _bucket_number(key: str) -> float:
+    """A histogram bucket key as the number a percentile reports (an int when integral)."""
+    v = float(key)
+    return int(v) if v.is_integer() else v
+
+
+_PS: Final = (0.5, 0.95, 0.99)
+
+
+def _percentiles(keys: Sequence[str], counts: Sequence[int]) -> tuple[Any, Any, Any]:
+    """The bucket (a power of two) holding p50, p95 and p99: one pass over the histogram's
+    keys and counts in bucket order."""
+    total = 0
+    for n in counts:
+        if n > 0:
+            total += n
     if not total:
-        return [None] * len(ps)
-    out: list[float | None] = []
+        return None, None, None
+    out: list[Any] = []
+    targets = [total * p for p in _PS]
     seen = 0
-    i = 0
-    last = 0.0
-    for bucket, _, n in entries:
+    last = ""
+    for k, n in zip(keys, counts, strict=True):
         if n <= 0:
             continue
-        last = bucket
+        last = k
         seen += n
-        while i < len(ps) and seen >= total * ps[i]:
-            out.append(int(bucket) if bucket.is_integer() else bucket)
-            i += 1
-    out.extend([int(last) if last.is_integer() else last] * (len(ps) - i))
-    return out
+        while len(out) < 3 and seen >= targets[len(out)]:
+            out.append(_bucket_number(k))
+        if len(out) == 3:
+            return out[0], out[1], out[2]
+    out.extend([_bucket_number(last)] * (3 - len(out)))
+    return out[0], out[1], out[2]
 
 
 class _Summary:
@@ -116,15 +129,28 @@ class _Summary:
         self.min = lo if self.min is None else min(self.min, lo)
         self.max = hi if self.max is None else max(self.max, hi)
         if hist is not None:
-            self.hist = self.hist or {}
-            for k, n in hist.items():
-                self.hist[k] = self.hist.get(k, 0) + n
+            if self.hist is None:
+                self.hist = dict(hist)
+            else:
+                mine = self.hist
+                for k, n in hist.items():
+                    mine[k] = mine.get(k, 0) + n
+
+    def copy(self) -> _Summary:
+        out = _Summary()
+        out.count, out.sum, out.min, out.max = self.count, self.sum, self.min, self.max
+        out.hist = dict(self.hist) if self.hist is not None else None
+        return out
 
     def body(self) -> dict[str, Any]:
-        entries = (
-            sorted((_bucket_value(k), k, n) for k, n in self.hist.items()) if self.hist else []
-        )
-        p50, p95, p99 = _percentiles(entries, (0.5, 0.95, 0.99)) if entries else (None,) * 3
+        hist = self.hist
+        if hist:
+            keys = sorted(hist, key=_bucket_value)
+            counts = [hist[k] for k in keys]
+            p50, p95, p99 = _percentiles(keys, counts)
+            histogram: dict[str, int] | None = dict(zip(keys, counts, strict=True))
+        else:
+            p50 = p95 = p99 = histogram = None
         return {
             "count": self.count,
             "sum": self.sum,
@@ -134,8 +160,53 @@ class _Summary:
             "p50": p50,
             "p95": p95,
             "p99": p99,
-            "histogram": {k: n for _, k, n in entries} if entries else None,
+            "histogram": histogram,
         }
+
+
+class Group:
+    """One group of one window: its key, its measures' states (int count | _Summary) and,
+    once asked for, their rendered bodies. A group a companion holds is `shared` (cached
+    with the companion and handed to every request): it is never changed; a request that
+    adds to it works on its own copy (`owned`)."""
+
+    __slots__ = ("body", "key", "shared", "states")
+
+    def __init__(self, key: dict[str, Any], states: dict[str, Any], shared: bool = False) -> None:
+        self.key = key
+        self.states = states
+        self.shared = shared
+        self.body: dict[str, Any] | None = None
+
+    def owned(self) -> Group:
+        if not self.shared:
+            return self
+        return Group(
+            self.key,
+            {m: v if isinstance(v, int) else v.copy() for m, v in self.states.items()},
+        )
+
+    def merge(self, states: Mapping[str, Any]) -> None:
+        """Add another part's states (this group must be owned)."""
+        mine = self.states
+        for m, v in states.items():
+            if isinstance(v, int):
+                mine[m] = mine.get(m, 0) + v
+            elif v.count:
+                acc = mine.get(m)
+                if acc is None:
+                    mine[m] = v.copy()
+                else:
+                    acc.add(v.count, v.sum, v.min, v.max, v.hist)
+        self.body = None
+
+    def rendered(self) -> dict[str, Any]:
+        if self.body is None:
+            self.body = {
+                m: {"count": v} if isinstance(v, int) else v.body()
+                for m, v in sorted(self.states.items())
+            }
+        return self.body
 
 
 def _number(v: object) -> float | None:
@@ -273,17 +344,19 @@ class Rollup:
 
 class RollupIndex(Protocol):
     """A sealed segment's pre-aggregated windows from its index companion (None: no usable,
-    up-to-date one): window start -> group key JSON -> (group key, measure -> state)."""
+    up-to-date one): (window start, group key JSON -> shared Group), in window order."""
 
     async def windows_of(
         self, seg: SegmentItem, r: Rollup
-    ) -> dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]] | None: ...
+    ) -> Sequence[tuple[int, dict[str, Group]]] | None: ...
 
 
 class _RollupsFromIndex:
     """A scan pruner that adds a segment's full windows (those inside [from, to)) from its
     companion. With `from` and `to` on window boundaries every window is full and the segment
-    is not read; otherwise it is read for the partial edge windows only (`answered`)."""
+    is not read; otherwise it is read for the partial edge windows only (`answered`). A
+    window only one segment holds keeps the companion's shared groups (and their rendered
+    bodies) as they are; one that spans segments is merged into the request's own copy."""
 
     families: frozenset[str] = frozenset({"agg"})
 
@@ -296,19 +369,22 @@ class _RollupsFromIndex:
         got = await self.index.windows_of(seg, self.r)
         if got is None:
             return None
-        for start, groups in got.items():
-            out = self.buckets.setdefault(start, {})
-            for gk, (key, states) in groups.items():
-                _, acc = out.setdefault(gk, (key, {}))
-                for m, v in states.items():
-                    if isinstance(v, int):
-                        acc[m] = acc.get(m, 0) + v
-                    elif v.count:
-                        mine = acc.get(m)
-                        if mine is None:
-                            acc[m] = v  # windows_of built it for this request: adopt it
-                        else:
-                            mine.add(v.count, v.sum, v.min, v.max, v.hist)
+        lo, hi, step = self.r.from_ms, self.r.to_ms, self.r.step
+        buckets = self.buckets
+        for start, groups in got:
+            if start < lo or start + step > hi:
+                continue
+            out = buckets.get(start)
+            if out is None:
+                buckets[start] = dict(groups)  # shared groups, as they are
+                continue
+            for gk, g in groups.items():
+                mine = out.get(gk)
+                if mine is None:
+                    out[gk] = g
+                else:
+                    mine = out[gk] = mine.owned()
+                    mine.merge(g.states)
         if self.aligned:
             return frozenset()  # every window is full: nothing to read
         self.answered.append((seg.first_seq, seg.last_seq))
@@ -323,7 +399,7 @@ class _RollupsFromIndex:
         return any(lo <= seq <= hi for lo, hi in self.answered)
 
 
-_Buckets = dict[int, dict[str, tuple[dict[str, Any], dict[str, Any]]]]
+_Buckets = dict[int, dict[str, Group]]
 
 
 async def run_aggregate(
@@ -354,7 +430,13 @@ async def run_aggregate(
         key = {g: dims.get(g) for g in r.group_by}
         groups = buckets.setdefault(start, {})
         gk = json.dumps(key, sort_keys=True)
-        _, states = groups.setdefault(gk, (key, {}))
+        grp = groups.get(gk)
+        if grp is None:
+            grp = groups[gk] = Group(key, {})
+        elif grp.shared:
+            grp = groups[gk] = grp.owned()
+        grp.body = None
+        states = grp.states
         for m in r.wanted:
             c, total, lo, hi, hist = measures[m]
             if r.measures[m]["kind"] == "count":
@@ -380,14 +462,8 @@ async def run_aggregate(
                 "start": iso(start),
                 "end": iso(start + r.step),
                 "groups": [
-                    {
-                        "key": key,
-                        "measures": {
-                            m: {"count": v} if isinstance(v, int) else v.body()
-                            for m, v in sorted(states.items())
-                        },
-                    }
-                    for _, (key, states) in sorted(buckets[start].items())
+                    {"key": g.key, "measures": g.rendered()}
+                    for _, g in sorted(buckets[start].items())
                 ],
             }
             for start in sorted(buckets)

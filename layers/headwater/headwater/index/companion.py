@@ -2,7 +2,7 @@
 
 Format: ``docs/index-format.md``. Families: ``index.plan``.
 
-How the request path is meant to use it (not wired yet):
+How the request path uses it:
 
 * Storage: the companion of the segment at S3 key ``K`` is stored at ``companion_key(K)``
   (``K + ".cix"``). A DynamoDB catalogue item per stream records the plan ``generation`` the
@@ -20,10 +20,10 @@ How the request path is meant to use it (not wired yet):
   them to seqs to read. ``narrow(query).exact`` says the set is exactly the matches (the
   evaluator still runs on the fetched docs for scores and sort keys).
 * ``_routing_keys`` / ``key=`` reads: ``routing_keys()`` and ``docs_with_key(k)``.
-* ``_aggregate`` without ``q``: ``rollup_windows(...)`` returns, in ``run_aggregate``'s
-  ``buckets`` shape, the segment's contribution to the windows that lie entirely inside
-  ``[from, to)``; the caller adds the partial edge windows (``full_span``) by scanning and
-  merges segments. With a ``q`` the rollup cannot be used (scan).
+* ``_aggregate`` without ``q``: ``rollup_windows(...)`` returns the segment's contribution to
+  each window as shared groups (cached per request shape); the caller keeps those inside
+  ``[from, to)``, adds the partial edge windows by scanning and merges segments. With a
+  ``q`` the rollup cannot be used (scan).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from headwater.engine.records import StoredRecord
 from headwater.index.plan import FORMAT_VERSION, IndexPlan, canonical_json, field_fingerprint
 
 if TYPE_CHECKING:
-    from headwater.durable.aggregate import Rollup, _Summary
+    from headwater.durable.aggregate import Group, Rollup, _Summary
 
 # Import discipline: this module (and index.plan) import only pure modules (durable.filter,
 # durable.offsets, engine.records, jsoncodec -> orjson), so the Glue job can import it with
@@ -418,6 +418,7 @@ class Companion:
         self._seqs: list[int] | None = None
         self._sorted_cols: dict[Any, tuple[list[Any], list[int]]] = {}
         self._first_values: dict[Any, list[Any]] = {}
+        self._rollups: dict[tuple[Any, ...], list[tuple[int, dict[str, Group]]]] = {}
 
     # ------------------------------------------------------------------ decoding
     @classmethod
@@ -791,20 +792,19 @@ class Companion:
         self,
         rollup: str,
         interval: str,
-        from_ms: int,
-        to_ms: int,
         group_by: Sequence[str] = (),
         measures: Sequence[str] | None = None,
-    ) -> dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]]:
-        """This segment's pre-aggregated windows of `interval` lying entirely inside
-        [from_ms, to_ms), grouped by `group_by` (dimensions of the rollup) with the
-        `measures` (default: all), in ``aggregate.run_aggregate``'s ``buckets`` shape:
-        window start -> group key JSON -> (group key, measure -> int count | _Summary).
-        Valid only for a request without ``q``. Counts, min, max and histograms equal a
-        scan's; a float ``sum`` is added per stored group and then across groups, so it can
-        differ from a scan's record-by-record sum in the last bits. Raises KeyError for a
-        rollup/interval the companion does not hold (it was built under another plan)."""
-        from headwater.durable.aggregate import _Summary
+    ) -> list[tuple[int, dict[str, Group]]]:
+        """This segment's pre-aggregated windows of `interval`, grouped by `group_by`
+        (dimensions of the rollup) with the `measures` (default: all): (window start, group
+        key JSON -> Group), in window order, the group keys JSON as ``run_aggregate`` keys
+        its groups. Valid only for a request without ``q``. Counts, min, max and histograms
+        equal a scan's; a float ``sum`` is added per stored group and then across groups, so
+        it can differ from a scan's record-by-record sum in the last bits. The groups are
+        `shared`: kept with this (immutable) companion for the next request of the same
+        shape, never changed by a caller. Raises KeyError for a rollup/interval the
+        companion does not hold (it was built under another plan)."""
+        from headwater.durable.aggregate import Group, _Summary
 
         agg = self._section("agg")
         if not agg or rollup not in agg["rollups"]:
@@ -821,14 +821,15 @@ class Companion:
         for m in wanted:
             if m not in kinds:
                 raise KeyError(f"unknown measure {m!r} on rollup {rollup!r}")
+        shape = (rollup, interval, tuple(group_by), tuple(wanted))
+        cached = self._rollups.get(shape)
+        if cached is not None:
+            return cached
         iv = sec["intervals"][interval]
-        step: int = iv["step"]
-        out: dict[int, dict[str, tuple[dict[str, Any], dict[str, int | _Summary]]]] = {}
+        out: list[tuple[int, dict[str, Group]]] = []
         keys: dict[Any, tuple[dict[str, Any], str]] = {}  # a stored group -> its request group
         for start, groups in iv["windows"]:
-            if start < from_ms or start + step > to_ms:
-                continue
-            buckets = out.setdefault(start, {})
+            buckets: dict[str, Group] = {}
             for key_list, states in groups:
                 memo: Any = tuple(key_list)
                 try:
@@ -842,16 +843,20 @@ class Companion:
                     # as run_aggregate keys its groups
                     known = keys[memo] = (key, json.dumps(key, sort_keys=True))
                 key, gk = known
-                _, acc = buckets.setdefault(gk, (key, {}))
+                grp = buckets.get(gk)
+                if grp is None:
+                    grp = buckets[gk] = Group(key, {}, shared=True)
+                acc = grp.states
                 for m in wanted:
                     state = states[m]
                     if kinds[m] == "count":
-                        prev = acc.get(m, 0)
-                        assert isinstance(prev, int)
-                        acc[m] = prev + int(state)
+                        acc[m] = acc.get(m, 0) + int(state)
                     else:
                         count, total, lo, hi, hist = state
-                        summary = acc.setdefault(m, _Summary())
-                        assert isinstance(summary, _Summary)
-                        summary.add(count, total, lo, hi, dict(hist) if hist else hist)
+                        summary = acc.get(m)
+                        if summary is None:
+                            summary = acc[m] = _Summary()
+                        summary.add(count, total, lo, hi, hist)
+            out.append((start, buckets))
+        self._rollups[shape] = out
         return out

@@ -136,7 +136,7 @@ class StreamIndex:
         if comp is None or "agg" not in comp.families or not self.fresh(seg, comp):
             return None
         try:
-            return comp.rollup_windows(r.name, r.interval, r.from_ms, r.to_ms, r.group_by, r.wanted)
+            return comp.rollup_windows(r.name, r.interval, r.group_by, r.wanted)
         except KeyError:
             return None  # not built for this rollup or interval: scan
 

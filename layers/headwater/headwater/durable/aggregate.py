@@ -15,7 +15,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
@@ -281,7 +281,10 @@ class Rollup:
         }
 
     def contribution(
-        self, doc: object, version: int | None
+        self,
+        doc: object,
+        version: int | None,
+        read: Callable[[FieldSpec], list[Any]] | None = None,
     ) -> (
         tuple[
             int, dict[str, Any], dict[str, tuple[float, float, float, float, dict[str, int] | None]]
@@ -289,10 +292,16 @@ class Rollup:
         | None
     ):
         """(window start, dimension key, per measure (count, sum, min, max, histogram)), or
-        None when the record does not contribute."""
+        None when the record does not contribute. `read`: the doc's values of a field when
+        the caller already has them (an index build reads each field of a doc once)."""
         if self.include is not None and not self.include.matches(doc, version=version):
             return None
-        ts = self.ts.values(doc, version)
+        if read is None:
+
+            def read(spec: FieldSpec) -> list[Any]:
+                return spec.values(doc, version)
+
+        ts = read(self.ts)
         if len(ts) != 1 or not isinstance(ts[0], int):
             return None
         t = ts[0]
@@ -300,7 +309,7 @@ class Rollup:
             return None
         key: dict[str, Any] = {}
         for d in self.dims:
-            values = self.fields[d].values(doc, version)
+            values = read(self.fields[d])
             if len(values) > 1:
                 return None
             key[d] = values[0] if values else None
@@ -312,7 +321,7 @@ class Rollup:
                 n = 1.0 if inc is None or inc.matches(doc, version=version) else 0.0
                 out[m] = (n, 0.0, 0.0, 0.0, None)
             elif kind == "summary":
-                values = self.fields[spec["field"]].values(doc, version)
+                values = read(self.fields[spec["field"]])
                 v = _number(values[0]) if len(values) == 1 else None
                 if v is None:
                     return None

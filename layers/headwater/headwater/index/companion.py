@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from headwater import jsoncodec
 from headwater.durable.filter import (
+    MISSING,
     And,
     Compare,
     FieldSpec,
@@ -50,7 +51,9 @@ from headwater.durable.filter import (
     Prefix,
     Text,
     TextTarget,
+    _doc_value,
     analyze,
+    parse_json_pointer,
 )
 from headwater.durable.offsets import Offset, decode_offset
 from headwater.engine.records import StoredRecord
@@ -206,7 +209,9 @@ def build_companion(plan: IndexPlan, docs: Iterable[SegmentDoc]) -> bytes:
         sections["fts"] = {"fields": {s.name: _build_fts(s, per_doc.of(s)) for s in plan.fts}}
     if plan.rollups:
         sections["agg"] = {
-            "rollups": {name: _build_rollup(plan, name, values, versions) for name in plan.rollups}
+            "rollups": {
+                name: _build_rollup(plan, name, values, versions, per_doc) for name in plan.rollups
+            }
         }
     ts = [d.ts_ms for d in items]
     return _encode(
@@ -242,11 +247,34 @@ class _PerDoc:
         key = _spec_key(spec)[1:]
         got = self._memo.get(key)
         if got is None:
-            read = spec.values
-            got = self._memo[key] = [
-                read(doc, v) for doc, v in zip(self.values, self.versions, strict=True)
-            ]
+            got = self._memo[key] = self._read(spec)
         return got
+
+    def _read(self, spec: FieldSpec) -> list[list[Any]]:
+        """`spec.values(doc, version)` of every doc, with the common case inlined: a pointer
+        of one token into an object, holding a scalar."""
+        tops: dict[int | None, str | None] = {}  # version -> the pointer's one token, if so
+        out: list[list[Any]] = []
+        slow = spec.values
+        for doc, v in zip(self.values, self.versions, strict=True):
+            if v in tops:
+                top = tops[v]
+            else:
+                pointer = spec.pointer_for(v)
+                tokens = parse_json_pointer(pointer) if pointer is not None else None
+                top = tops[v] = tokens[0] if tokens is not None and len(tokens) == 1 else None
+            if top is None or type(doc) is not dict:
+                out.append(slow(doc, v))
+                continue
+            raw = doc.get(top, MISSING)
+            if raw is MISSING:
+                out.append([])
+            elif type(raw) is list or type(raw) is tuple:
+                out.append(slow(doc, v))
+            else:
+                one = _doc_value(spec, raw)
+                out.append([] if one is None else [one])
+        return out
 
 
 def _build_exact(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
@@ -303,7 +331,7 @@ def _build_fts(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
 
 
 def _build_rollup(
-    plan: IndexPlan, name: str, values: list[object], versions: list[int | None]
+    plan: IndexPlan, name: str, values: list[object], versions: list[int | None], per_doc: _PerDoc
 ) -> dict[str, Any]:
     from headwater.durable.aggregate import _Summary
 
@@ -316,15 +344,30 @@ def _build_rollup(
         dims = r.dims
         kinds = {m: spec["kind"] for m, spec in r.measures.items()}
         windows: dict[int, dict[bytes, tuple[list[Any], dict[str, Any]]]] = {}
-        for doc, v in zip(values, versions, strict=True):
-            got = r.contribution(doc, v)
+        # each field the rollup reads, per doc, as the other families read it (once)
+        specs = [r.ts, *(r.fields[d] for d in dims)]
+        specs += [r.fields[m["field"]] for m in r.measures.values() if m["kind"] == "summary"]
+        columns = {id(spec): per_doc.of(spec) for spec in specs}
+        canonical: dict[Any, bytes] = {}
+        for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
+
+            def read(
+                spec: FieldSpec, i: int = i, cols: dict[int, list[list[Any]]] = columns
+            ) -> list[Any]:
+                return cols[id(spec)][i]
+
+            got = r.contribution(doc, v, read)
             if got is None:
                 continue
             start, key, measures = got
             key_list = [key[d] for d in dims]
-            _, states = windows.setdefault(start, {}).setdefault(
-                canonical_json(key_list), (key_list, {})
-            )
+            try:
+                ck = canonical.get(memo := tuple(key_list))
+                if ck is None:
+                    ck = canonical[memo] = canonical_json(key_list)
+            except TypeError:  # an unhashable dimension value (an array)
+                ck = canonical_json(key_list)
+            _, states = windows.setdefault(start, {}).setdefault(ck, (key_list, {}))
             for m in sorted(measures):
                 c, total, lo, hi, hist = measures[m]
                 if kinds[m] == "count":

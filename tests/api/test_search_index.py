@@ -405,6 +405,7 @@ def test_deleting_a_stream_removes_its_segments_and_companions(
 
     # each segment and its companion, and a lexicon run per 3 segments
     assert len(objects()) == 2 * len(segs) + len(segs) // 3
+    assert DynamoIndexCatalogue(aws.dynamodb, settings).get(head.topic, head.epoch) is not None
     # WHEN the stream is deleted THEN its sealed history goes, in the background
     assert c.delete(url("gone")).status_code == 204
     deadline = time.monotonic() + 10
@@ -412,6 +413,12 @@ def test_deleting_a_stream_removes_its_segments_and_companions(
         time.sleep(0.05)
     assert objects() == []
     assert services(c).upkeep.segments.after(head, 0, 100) == []
+    # ...with its index catalogue
+    catalogue = DynamoIndexCatalogue(aws.dynamodb, settings)
+    deadline = time.monotonic() + 10
+    while catalogue.get(head.topic, head.epoch) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert catalogue.get(head.topic, head.epoch) is None
     # ...and a new stream of the same name starts clean
     make_stream(c, "gone", docs(5))
     got = c.post(url("gone", "_search"), content=json.dumps({"q": "has:ms"}), headers=JSON)

@@ -187,6 +187,8 @@ class Services:
     def __post_init__(self) -> None:
         self.streams = DurableStreams(self.engine, self.engine.clock)
         self.index_catalogue = DynamoIndexCatalogue(self.clients.dynamodb, self.settings)
+        catalogue = self.index_catalogue
+        self.engine.on_purged.append(lambda head: catalogue.delete(head.topic, head.epoch))
         self.dashboard = DashboardService(
             self.engine,
             self.settings.dashboard,

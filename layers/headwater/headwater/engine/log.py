@@ -166,6 +166,9 @@ class LogEngine:
         self.clock = clock
         self.cache = FrameCache(settings.frame_cache_bytes)
         self.segments = segments
+        # Called with a deleted incarnation's head once its sealed history is purged (the
+        # index catalogue registers its own clean-up here: services.py).
+        self.on_purged: list[Callable[[Head], None]] = []
         self.sealed = SealedReader(segments, blobs, self.cache) if segments else None
         # Set by the service container: seals, trims and evicts (engine/tiering.py).
         self.upkeep: Callable[[str], object] | None = None
@@ -368,7 +371,8 @@ class LogEngine:
 
     def _purge_sealed(self, head: Head) -> int:
         """Remove a deleted incarnation's sealed history: its segment objects, their index
-        companions and its segment items (nothing reads them any more: a stream that forks
+        companions and lexicon runs, its segment items, then what `on_purged` forgets (its
+        index catalogue) (nothing reads them any more: a stream that forks
         still read is held, not deleted). In the background after the delete; a process
         that dies part way leaves the rest (objects nothing points at). Segments removed."""
         store = self.segments
@@ -385,8 +389,14 @@ class LogEngine:
                 removed += len(segs)
         except Exception:  # best effort: the delete itself has happened
             log.warning("purging %s's sealed history stopped", head.log_key, exc_info=True)
+            return removed
         if self.sealed is not None:
             self.sealed.forget(head)
+        for forget in self.on_purged:
+            try:
+                forget(head)
+            except Exception:  # best effort, as above
+                log.warning("forgetting %s's indexes stopped", head.log_key, exc_info=True)
         return removed
 
     # --- append (group commit) ----------------------------------------------------------

@@ -256,6 +256,8 @@ class _PerDoc:
         tops: dict[int | None, str | None] = {}  # version -> the pointer's one token, if so
         out: list[list[Any]] = []
         slow = spec.values
+        stringy = spec.kind in ("keyword", "text")  # a str value is used as it is, or lowered
+        lower = spec.normalizer == "lowercase_v1"
         for doc, v in zip(self.values, self.versions, strict=True):
             if v in tops:
                 top = tops[v]
@@ -267,9 +269,12 @@ class _PerDoc:
                 out.append(slow(doc, v))
                 continue
             raw = doc.get(top, MISSING)
-            if raw is MISSING:
+            kind = type(raw)
+            if kind is str and stringy:
+                out.append([raw.lower() if lower else raw])
+            elif raw is MISSING:
                 out.append([])
-            elif type(raw) is list or type(raw) is tuple:
+            elif kind is list or kind is tuple:
                 out.append(slow(doc, v))
             else:
                 one = _doc_value(spec, raw)

@@ -475,3 +475,46 @@ def test_routing_keys_and_key_reads_use_the_lexicon_runs(
     cat.delete(head.topic, head.epoch)
     scanned, _ = _key_pages(c, "lex", 9)
     assert scanned == after_delete
+
+
+def test_companions_read_in_parts_answer_as_whole_ones(
+    make_client: MakeClient, aws: AwsClients, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_v1_search import T0
+
+    c = make_client(tiering=EAGER)
+    _indexed(c, aws, settings, "parts")
+    rnd = random.Random(21)
+    queries = [_query(rnd) for _ in range(8)]
+    minute = 60_000
+    agg = {"rollup": "lat", "from": T0 - T0 % minute, "to": T0 + 60 * minute, "interval": "1m"}
+
+    def answers() -> list[Any]:
+        reader._CACHE._lru.clear()
+        out: list[Any] = [
+            _all_pages(c, "parts", q, s)[0] for q in queries for s in (None, "ms:asc")
+        ]
+        r = c.post(url("parts", "_aggregate"), content=json.dumps(agg), headers=JSON)
+        out.append(r.json()["buckets"])
+        out.append(_key_pages(c, "parts", 9)[0])
+        out.append(_read_all(c, "parts", key="k07"))
+        return out
+
+    whole = answers()
+    # WHEN each companion is first read as its header and section table only (every section
+    # a request uses then comes in its own ranged GET)
+    monkeypatch.setattr(reader, "PREFIX_BYTES", 80 + 28 * 6 + 4)
+    blobs = services(c).engine.blobs
+    real = blobs.get_range
+    sections: list[tuple[str, int]] = []
+
+    def get_range(key: str, start: int, end: int) -> bytes:
+        if key.endswith(".cix") and start > 0:
+            sections.append((key, start))
+        return real(key, start, end)
+
+    monkeypatch.setattr(blobs, "get_range", get_range)
+    parts = answers()
+    # THEN every answer is the same, and the sections were read one by one
+    assert parts == whole
+    assert len(sections) > len(set(k for k, _ in sections)) > 0

@@ -32,6 +32,7 @@ from headwater.index.companion import (
     UNDECODABLE,
     Companion,
     CompanionError,
+    SectionNotLoaded,
     SegmentDoc,
     build_companion,
     docs_from_records,
@@ -784,6 +785,61 @@ def test_generation_is_in_the_header() -> None:
     comp = _rk_plan_companion([SegmentDoc(5, 1, None, {}, None)])
     assert comp.generation == PLAN.generation
     assert (comp.first_seq, comp.last_seq, comp.doc_count) == (5, 5, 1)
+
+
+# ---------------------------------------------------------------- (e2) partial reads
+_CORPUS_BYTES = build_companion(PLAN, CORPUS)
+
+
+def _answer_from_prefix(raw: bytes, prefix: int, fn: Any) -> tuple[Any, list[str]]:
+    """`fn(companion)` on a companion read from the first `prefix` bytes, loading each
+    section it asks for from `raw`, as the reader does with ranged GETs; and the sections
+    it had to load."""
+    comp = Companion.from_prefix(raw[:prefix], len(raw))
+    loaded: list[str] = []
+    for _ in range(8):
+        try:
+            return fn(comp), loaded
+        except SectionNotLoaded as need:
+            comp.load(need.name, raw[need.offset : need.offset + need.length])
+            loaded.append(need.name)
+    raise AssertionError("never finished")
+
+
+@settings(max_examples=120, deadline=None)
+@given(queries, st.integers(0, 3000))
+def test_a_companion_read_in_parts_answers_like_the_whole_object(text: str, extra: int) -> None:
+    q = _parse(text)
+    prefix = 80 + 28 * 6 + 4 + extra  # at least the header and the section table
+    want = (CORPUS_COMPANION.candidates(q), CORPUS_COMPANION.scored(q))
+    got, loaded = _answer_from_prefix(
+        _CORPUS_BYTES, prefix, lambda c: (c.candidates(q), c.scored(q))
+    )
+    assert got == want, text
+    assert len(loaded) == len(set(loaded))  # each section read once
+    assert "agg" not in loaded and "rk" not in loaded  # a query never reads those
+
+
+def test_each_operation_reads_only_its_sections() -> None:
+    header = 80 + 28 * 6 + 4
+    keys, loaded = _answer_from_prefix(_CORPUS_BYTES, header, lambda c: c.routing_keys())
+    assert (keys == CORPUS_COMPANION.routing_keys() and loaded == ["seq", "rk"]) or loaded == ["rk"]
+    windows, loaded = _answer_from_prefix(
+        _CORPUS_BYTES, header, lambda c: _plain(_windows(c, "r1", "1s", 0, 10**6, ["svc"], None))
+    )
+    assert windows == _plain(_windows(CORPUS_COMPANION, "r1", "1s", 0, 10**6, ["svc"], None))
+    assert set(loaded) <= {"seq", "agg"}
+    # a corrupt section is refused when it arrives
+    comp = Companion.from_prefix(_CORPUS_BYTES[:header], len(_CORPUS_BYTES))
+    need = comp.missing("rk")
+    assert need is not None
+    body = bytearray(_CORPUS_BYTES[need.offset : need.offset + need.length])
+    body[0] ^= 1
+    with pytest.raises(CompanionError, match="checksum"):
+        comp.load("rk", bytes(body))
+    # ...as is a table that points past the object's end
+    with pytest.raises(CompanionError, match="outside the object"):
+        Companion.from_prefix(_CORPUS_BYTES[:header], len(_CORPUS_BYTES) - 1)
 
 
 # ---------------------------------------------------------------- (f) corrupt objects

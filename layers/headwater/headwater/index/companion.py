@@ -72,7 +72,8 @@ MAGIC: Final = b"HWCIX\x00"
 _HEADER: Final = struct.Struct("<6sH32sQQIqqHH")  # 80 bytes
 _ENTRY: Final = struct.Struct("<8sQQI")  # 28 bytes per section
 _CRC: Final = struct.Struct("<I")
-_SECTION_ORDER: Final = ("seq", "rk", "exact", "col", "fts", "agg")
+SECTION_ORDER: Final = ("seq", "rk", "exact", "col", "fts", "agg")
+_SECTION_ORDER = SECTION_ORDER
 _OPS: Final[dict[str, Callable[[Any, Any], bool]]] = {
     "eq": operator.eq,
     "gt": operator.gt,
@@ -84,6 +85,16 @@ _OPS: Final[dict[str, Callable[[Any, Any], bool]]] = {
 
 class CompanionError(ValueError):
     """Bytes that are not a valid companion object (truncated, corrupt, wrong format)."""
+
+
+class SectionNotLoaded(LookupError):
+    """A companion read from a prefix of its object (`Companion.from_prefix`) needs a section
+    it does not hold yet: bytes [offset, offset + length) of the object; `Companion.load` it
+    and call again."""
+
+    def __init__(self, name: str, offset: int, length: int) -> None:
+        super().__init__(name)
+        self.name, self.offset, self.length = name, offset, length
 
 
 class _Undecodable:
@@ -467,11 +478,24 @@ class Companion:
         self._sorted_cols: dict[Any, tuple[list[Any], list[int]]] = {}
         self._first_values: dict[Any, list[Any]] = {}
         self._rollups: dict[tuple[Any, ...], list[tuple[int, dict[str, Group]]]] = {}
+        # sections in the object but not read yet: name -> (offset, length, crc32)
+        self._unloaded: dict[str, tuple[int, int, int]] = {}
 
     # ------------------------------------------------------------------ decoding
     @classmethod
     def from_bytes(cls, data: bytes) -> Companion:
         """Parse and verify (magic, version, checksums, bounds); raises CompanionError."""
+        out = cls.from_prefix(data)
+        if out._unloaded:
+            raise CompanionError("companion section lies outside the object (truncated)")
+        return out
+
+    @classmethod
+    def from_prefix(cls, data: bytes, size: int | None = None) -> Companion:
+        """Parse the first bytes of a companion object (of `size` bytes, when known): the
+        header and section table, verified, and every section lying wholly inside `data`;
+        the others are read when first needed (SectionNotLoaded, then `load`). A request
+        reads only the sections its query uses. Raises CompanionError."""
         data = bytes(data)
         if len(data) < _HEADER.size + _CRC.size:
             raise CompanionError("companion object is truncated (shorter than its header)")
@@ -487,27 +511,59 @@ class Companion:
         if crc != zlib.crc32(data[:table_end]):
             raise CompanionError("companion header checksum mismatch (corrupt object)")
         raw: dict[str, bytes] = {}
+        unloaded: dict[str, tuple[int, int, int]] = {}
         for i in range(n):
             name_b, off, length, body_crc = _ENTRY.unpack_from(data, _HEADER.size + i * _ENTRY.size)
             name = name_b.rstrip(b"\x00").decode("ascii", "replace")
-            if off < table_end + _CRC.size or off + length > len(data):
+            end = off + length
+            if off < table_end + _CRC.size or (size is not None and end > size):
                 raise CompanionError(f"companion section {name!r} lies outside the object")
-            body = data[off : off + length]
+            if end > len(data):
+                unloaded[name] = (off, length, body_crc)
+                continue
+            body = data[off:end]
             if zlib.crc32(body) != body_crc:
                 raise CompanionError(f"companion section {name!r} checksum mismatch (corrupt)")
             raw[name] = body
-        if "seq" not in raw:
+        if "seq" not in raw and "seq" not in unloaded:
             raise CompanionError("companion object has no seq section")
         out = cls(gen.hex(), first, last, count, min_ts, max_ts, raw)
-        seqs = out.seqs()
-        if len(seqs) != count or (seqs and (seqs[0] != first or seqs[-1] != last)):
-            raise CompanionError("companion seq section disagrees with its header")
+        out._unloaded = unloaded
+        if "seq" in raw:
+            out._check_seqs()
         return out
+
+    def load(self, name: str, body: bytes) -> None:
+        """Add a section read after `from_prefix` (the bytes SectionNotLoaded named);
+        verified against the section table. Loading one already held is a no-op."""
+        where = self._unloaded.get(name)
+        if where is None:
+            return
+        _off, length, crc = where
+        if len(body) != length or zlib.crc32(body) != crc:
+            raise CompanionError(f"companion section {name!r} checksum mismatch (corrupt)")
+        self._raw[name] = bytes(body)
+        del self._unloaded[name]
+        if name == "seq":
+            self._check_seqs()
+
+    def missing(self, name: str) -> SectionNotLoaded | None:
+        where = self._unloaded.get(name)
+        return SectionNotLoaded(name, where[0], where[1]) if where is not None else None
+
+    def _check_seqs(self) -> None:
+        seqs = self.seqs()
+        n, first, last = self.doc_count, self.first_seq, self.last_seq
+        if len(seqs) != n or (seqs and (seqs[0] != first or seqs[-1] != last)):
+            raise CompanionError("companion seq section disagrees with its header")
 
     def _section(self, name: str) -> Any:
         if name not in self._parsed:
             raw = self._raw.get(name)
             if raw is None:
+                missing = self.missing(name)
+                if missing is not None:
+                    raise missing
                 self._parsed[name] = None
             else:
                 try:
@@ -523,7 +579,9 @@ class Companion:
 
     @property
     def families(self) -> tuple[str, ...]:
-        return tuple(n for n in _SECTION_ORDER if n in self._raw and n != "seq")
+        return tuple(
+            n for n in _SECTION_ORDER if (n in self._raw or n in self._unloaded) and n != "seq"
+        )
 
     def seqs(self) -> list[int]:
         """The seq of every doc ordinal, ascending."""

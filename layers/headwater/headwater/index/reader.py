@@ -16,8 +16,8 @@ scan but never change its answer. Decoded companions are kept in a small per-pro
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from headwater.durable.aggregate import Rollup
 from headwater.durable.filter import FieldSpec, Predicate
@@ -25,13 +25,17 @@ from headwater.engine.log import LogEngine
 from headwater.engine.segment import companion_key
 from headwater.errors import StorageUnavailable
 from headwater.index import runs
-from headwater.index.companion import Companion, CompanionError
+from headwater.index.companion import SECTION_ORDER, Companion, CompanionError, SectionNotLoaded
 from headwater.index.plan import IndexPlan
 from headwater.index.runs import LexiconRun, LexiconRunError, runs_touching
 from headwater.storage.index_catalogue import Catalogue, DynamoIndexCatalogue
 from headwater.storage.ports import Head, SegmentItem
 
 CACHE_ENTRIES = 512
+# A companion is first read as its first PREFIX_BYTES: the header, the section table and the
+# small sections at the front (seq); a request then reads just the sections it uses.
+PREFIX_BYTES = 64 << 10
+T = TypeVar("T")
 RUN_CACHE_ENTRIES = 32
 
 
@@ -100,6 +104,9 @@ class StreamIndex:
         return seg.last_seq <= self.catalogue.covered_through
 
     async def companion(self, seg: SegmentItem) -> Companion | None:
+        """The segment's companion: from the cache, else its first PREFIX_BYTES (header,
+        section table and the sections lying in them); `use` reads the others a request
+        needs. None: not covered, missing, unreadable or built for another plan."""
         if not self.covers(seg):
             return None
         key = companion_key(seg.key)
@@ -107,14 +114,34 @@ class StreamIndex:
         if comp is None or comp.generation != self.plan.generation:
             self.cache.misses += 1
             try:
-                raw = await self.engine.run_io(self.engine.blobs.get, key)
-                comp = Companion.from_bytes(raw)
+                raw = await self.engine.run_io(self.engine.blobs.get_range, key, 0, PREFIX_BYTES)
+                comp = Companion.from_prefix(raw)
             except (StorageUnavailable, CompanionError):
                 return None  # missing or unreadable: scan the segment
             self.cache.put(key, comp)
         if comp.generation != self.plan.generation:
             return None  # rebuilt for another plan meanwhile
         return comp
+
+    async def use(self, seg: SegmentItem, comp: Companion, fn: Callable[[], T]) -> T | None:
+        """`fn()` (a computation on `comp`), reading each section it needs that the companion
+        does not hold yet with one ranged GET; None when one cannot be read or is corrupt
+        (the caller scans the segment, as for a missing companion)."""
+        key = companion_key(seg.key)
+        for _ in range(len(SECTION_ORDER) + 1):
+            try:
+                return fn()
+            except SectionNotLoaded as need:
+                try:
+                    body = await self.engine.run_io(
+                        self.engine.blobs.get_range, key, need.offset, need.offset + need.length
+                    )
+                    comp.load(need.name, body)
+                except (StorageUnavailable, CompanionError):
+                    return None
+            except CompanionError:
+                return None
+        return None
 
     @staticmethod
     def fresh(seg: SegmentItem, comp: Companion) -> bool:
@@ -128,17 +155,21 @@ class StreamIndex:
         comp = await self.companion(seg)
         if comp is None or "rk" not in comp.families or not self.fresh(seg, comp):
             return None
-        return comp.routing_keys()
+        return await self.use(seg, comp, comp.routing_keys)
 
     async def windows_of(self, seg: SegmentItem, r: Rollup) -> Any:
         """durable.aggregate.RollupIndex: the segment's full windows of the request."""
         comp = await self.companion(seg)
         if comp is None or "agg" not in comp.families or not self.fresh(seg, comp):
             return None
-        try:
-            return comp.rollup_windows(r.name, r.interval, r.group_by, r.wanted)
-        except KeyError:
-            return None  # not built for this rollup or interval: scan
+
+        def windows() -> Any:
+            try:
+                return comp.rollup_windows(r.name, r.interval, r.group_by, r.wanted)
+            except KeyError:
+                return None  # not built for this rollup or interval: scan
+
+        return await self.use(seg, comp, windows)
 
     def pruner(self, query: Predicate) -> QueryPruner:
         return QueryPruner(self, query)
@@ -156,12 +187,18 @@ class QueryPruner:
         comp = await self.index.companion(seg)
         if comp is None:
             return None
-        ords = comp.candidates(self.query)
-        if ords is None:
-            return None
-        self.families = self.families | frozenset(comp.families)
-        seqs = comp.seqs()
-        return frozenset(seqs[o] for o in ords)
+
+        def candidates() -> frozenset[int] | None:
+            ords = comp.candidates(self.query)
+            if ords is None:
+                return None
+            seqs = comp.seqs()
+            return frozenset(seqs[o] for o in ords)
+
+        got = await self.index.use(seg, comp, candidates)
+        if got is not None:
+            self.families = self.families | frozenset(comp.families)
+        return got
 
     async def ranked(
         self, seg: SegmentItem, columns: Sequence[FieldSpec]
@@ -172,18 +209,24 @@ class QueryPruner:
         comp = await self.index.companion(seg)
         if comp is None:
             return None
-        scores = comp.scored(self.query)
-        if scores is None:
-            return None
-        cols = [comp.column(spec) for spec in columns]
-        if any(c is None for c in cols):
-            return None
-        self.families = self.families | frozenset(comp.families)
-        seqs = comp.seqs()
-        return [
-            (seqs[o], sc, tuple(c[o] for c in cols))  # type: ignore[index]
-            for o, sc in scores.items()
-        ]
+
+        def ranked() -> list[tuple[int, float, tuple[Any, ...]]] | None:
+            scores = comp.scored(self.query)
+            if scores is None:
+                return None
+            cols = [comp.column(spec) for spec in columns]
+            if any(c is None for c in cols):
+                return None
+            seqs = comp.seqs()
+            return [
+                (seqs[o], sc, tuple(c[o] for c in cols))  # type: ignore[index]
+                for o, sc in scores.items()
+            ]
+
+        got = await self.index.use(seg, comp, ranked)
+        if got is not None:
+            self.families = self.families | frozenset(comp.families)
+        return got
 
 
 class KeyPruner:
@@ -201,8 +244,12 @@ class KeyPruner:
         comp = await self.index.companion(seg)
         if comp is None or "rk" not in comp.families:
             return None
-        seqs = comp.seqs()
-        return frozenset(seqs[o] for o in comp.docs_with_key(self.key))
+
+        def with_key() -> frozenset[int]:
+            seqs = comp.seqs()
+            return frozenset(seqs[o] for o in comp.docs_with_key(self.key))
+
+        return await self.index.use(seg, comp, with_key)
 
 
 class BothPruner:

@@ -41,14 +41,14 @@ deps-java:
 run: deps-py
 	$(PY) -m headwater.dev.server
 
-# Two phases: the in-process tiers (and glue, infra) spread over $(TEST_WORKERS) pytest-xdist
-# workers, one test file per worker at a time; then the e2e tier (real server processes,
-# fault and kill -9 runs, the conformance suite) one test at a time, so its multi-process
-# runs have the machine to themselves.
+# Two phases: the in-process tiers (and glue, infra) and the e2e files not marked `serial`
+# spread over $(TEST_WORKERS) pytest-xdist workers, one test file per worker at a time; then
+# the `serial` e2e runs (fault and kill -9 runs, stress runs, the conformance suite, the
+# benchmark smoke runs) one test at a time, so they have the machine to themselves.
 TEST_WORKERS ?= 2
 test: deps
-	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly -n $(TEST_WORKERS) --dist loadfile tests/unit tests/adapters tests/api tests/glue tests/infra $(PYTEST_ARGS)
-	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly tests/e2e $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly -n $(TEST_WORKERS) --dist loadfile tests/unit tests/adapters tests/api tests/glue tests/infra tests/e2e -m "not serial" $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly tests/e2e -m serial $(PYTEST_ARGS)
 
 test-fast: deps-py
 	$(PY) -m pytest -q -m "unit or api" $(PYTEST_ARGS)

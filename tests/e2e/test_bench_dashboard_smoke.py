@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bench import bench_dashboard
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
 def _positive(x: Any) -> bool:

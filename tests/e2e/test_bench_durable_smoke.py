@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bench import bench_durable
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(120)]
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["ref-file", "ref-mem", "headwater"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from bench import bench_flags
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def _positive(x: Any) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from bench import bench_live
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(180)]
 
 SUBSCRIBERS = 20
 RECORDS = 5

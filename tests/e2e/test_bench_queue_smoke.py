@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bench import bench_queue
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(240)]
 
 JOBS = 120
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bench import bench_search
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(180)]
 
 RECORDS = 2_000
 SEAL = 400

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bench import bench_stalled
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(300)]
 
 STALLED = 10
 LORIS = 10

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from bench import bench_tiering
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(120)]
 
 RECORDS = 2_000
 LONG = 8_000

@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.conftest import ServerProcess
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.serial, pytest.mark.e2e]
 
 PRODUCERS = 8
 APPENDS_PER_PRODUCER = 250

@@ -34,7 +34,7 @@ from tests.e2e.conftest import Cluster
 from tests.faults.harness import wait_until
 from tests.faults.history import AppendOp, check_appends, check_reads
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(420)]
 
 TOPIC, COPY, CAPPED, QUEUE = "crash", "crash-copy", "crash-capped", "crash-jobs"
 APPENDERS, OPS_PER_APPENDER, CAP = 3, 60, 40

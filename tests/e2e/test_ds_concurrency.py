@@ -28,7 +28,7 @@ import pytest
 
 from tests.e2e.conftest import ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(180)]
 
 JSON = {"content-type": "application/json"}
 PRODUCERS = 6

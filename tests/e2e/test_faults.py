@@ -44,7 +44,7 @@ from tests.faults.history import (
     tally,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(420)]
 
 TOPIC, COPY, STREAM, QUEUE = "hist", "hist-copy", "hist-ds", "jobs"
 APPENDERS, OPS_PER_APPENDER = 4, 45

@@ -37,7 +37,7 @@ from headwater.dev.emulator import die_with_parent, stop_process
 from tests.e2e.conftest import Cluster, ServerProcess
 from tests.e2e.queue_worker import CRASH_EXIT, EXTEND_MS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE, DEAD = "jobs", "jobs-dead"

@@ -18,7 +18,7 @@ from headwater.storage.clients import AwsClients
 from headwater.storage.schema import SEGMENT_PREFIX
 from tests.e2e.conftest import Cluster, ServerProcess
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.serial, pytest.mark.e2e]
 
 TOPIC = "tiered"
 PRODUCERS = 4

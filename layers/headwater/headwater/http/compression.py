@@ -62,9 +62,20 @@ class _SniffingGZipResponder(GZipResponder):
         await super().send_with_compression(message)
 
 
+# zlib's default level, not Starlette's 9: on a 1.6 MB `_aggregate` answer level 9 took
+# 134 ms of CPU for a body 7% smaller than level 6's (59 ms); level 1 took 18 ms but left it
+# 47% larger (data out costs more than the CPU it saves). Measured 2026-11-26, this machine.
+COMPRESS_LEVEL = 6
+
+
 class GZipUnlessCompressed(GZipMiddleware):
     def __init__(self, app: ASGIApp, minimum_size: int = 1024) -> None:
-        super().__init__(app, minimum_size, exclude_content_types=COMPRESSED_CONTENT_TYPES)
+        super().__init__(
+            app,
+            minimum_size,
+            compresslevel=COMPRESS_LEVEL,
+            exclude_content_types=COMPRESSED_CONTENT_TYPES,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -60,6 +60,7 @@ def _time(raw: object, name: str) -> int:
     raise SearchError(f"{name} must be an RFC 3339 timestamp or unix milliseconds")
 
 
+@functools.lru_cache(maxsize=16384)  # window bounds repeat across requests
 def iso(ms: int) -> str:
     return (
         datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
@@ -201,10 +202,14 @@ class Group:
         self.body = None
 
     def rendered(self) -> dict[str, Any]:
+        """The group as the answer lists it: {"key", "measures"} (kept until it changes)."""
         if self.body is None:
             self.body = {
-                m: {"count": v} if isinstance(v, int) else v.body()
-                for m, v in sorted(self.states.items())
+                "key": self.key,
+                "measures": {
+                    m: {"count": v} if isinstance(v, int) else v.body()
+                    for m, v in sorted(self.states.items())
+                },
             }
         return self.body
 
@@ -470,10 +475,7 @@ async def run_aggregate(
             {
                 "start": iso(start),
                 "end": iso(start + r.step),
-                "groups": [
-                    {"key": g.key, "measures": g.rendered()}
-                    for _, g in sorted(buckets[start].items())
-                ],
+                "groups": [g.rendered() for _, g in sorted(buckets[start].items())],
             }
             for start in sorted(buckets)
         ],

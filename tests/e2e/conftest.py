@@ -80,10 +80,16 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(emulator: MotoServer, tmp_path: object) -> Iterator[Cluster]:
+def cluster(
+    emulator: MotoServer, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cluster]:
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
     settings = Settings(resource_prefix=prefix)
-    clients = AwsClients.create(settings, session=_session(emulator))
+    # The test's own clients reach the emulator; the endpoints are put back afterwards, so
+    # in-process moto in a later test of this worker is not sent to it.
+    for k, v in emulator.env().items():
+        monkeypatch.setenv(k, v)
+    clients = AwsClients.create(settings, session=_session())
     ensure_resources(settings, clients)
     c = Cluster(emulator, prefix)
     yield c
@@ -91,10 +97,9 @@ def cluster(emulator: MotoServer, tmp_path: object) -> Iterator[Cluster]:
         s.stop()
 
 
-def _session(emulator: MotoServer) -> object:
+def _session() -> object:
     import boto3
 
-    os.environ.update(emulator.env())
     return boto3.Session(region_name="us-east-1")
 
 

@@ -16,7 +16,6 @@ recognised by its commit id and read-back alone."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -96,12 +95,15 @@ class Rig:
 
 
 @pytest.fixture(params=["tokens", "no-tokens"])
-def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
+def rig(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Rig]:
     tokens = request.param == "tokens"
     with MotoServer(env={"HEADWATER_EMULATOR_TOKENS": "on" if tokens else "off"}) as moto:
         prefix = f"faults-{uuid.uuid4().hex[:8]}"
         settings = Settings(resource_prefix=prefix)
-        os.environ.update(moto.env())
+        for k, v in moto.env().items():
+            monkeypatch.setenv(k, v)
         import boto3
 
         ensure_resources(

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
-def table() -> Iterator[Any]:
+def table(aws_env: None) -> Iterator[Any]:
     with mock_aws():
         ddb = boto3.resource("dynamodb", region_name="us-east-1")
         t = ddb.create_table(

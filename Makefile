@@ -42,12 +42,13 @@ run: deps-py
 	$(PY) -m headwater.dev.server
 
 # Two phases: the in-process tiers (and glue, infra) and the e2e files not marked `serial`
-# spread over $(TEST_WORKERS) pytest-xdist workers, one test file per worker at a time; then
+# spread over $(TEST_WORKERS) pytest-xdist workers, one test file per worker at a time (the
+# slowest folders first, so no worker is left with a long file at the end); then
 # the `serial` e2e runs (fault and kill -9 runs, stress runs, the conformance suite, the
 # benchmark smoke runs) one test at a time, so they have the machine to themselves.
 TEST_WORKERS ?= 2
 test: deps
-	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly -n $(TEST_WORKERS) --dist loadfile tests/unit tests/adapters tests/api tests/glue tests/infra tests/e2e -m "not serial" $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly -n $(TEST_WORKERS) --dist loadfile tests/glue tests/infra tests/e2e tests/api tests/adapters tests/unit -m "not serial" $(PYTEST_ARGS)
 	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly tests/e2e -m serial $(PYTEST_ARGS)
 
 test-fast: deps-py

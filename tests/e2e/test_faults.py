@@ -46,10 +46,10 @@ from tests.faults.history import (
 pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(420)]
 
 TOPIC, COPY, STREAM, QUEUE = "hist", "hist-copy", "hist-ds", "jobs"
-APPENDERS, OPS_PER_APPENDER = 4, 45
+APPENDERS, OPS_PER_APPENDER = 4, 36
 READERS = 2
 PRODUCERS, SEQS_PER_PRODUCER = 2, 40
-CONSUMERS, JOBS = 3, 90
+CONSUMERS, JOBS = 3, 72
 NOTIFICATIONS, FLAG_VERSIONS = 30, 12
 FLAG_TOKEN = {"Authorization": "Bearer dev-acme-flags-rw-0000000000000000"}
 FLAG_NS = "/api/v1/tenants/acme/namespaces/faults/manifest"

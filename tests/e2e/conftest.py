@@ -16,7 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
-from headwater.dev.emulator import MotoServer, die_with_parent, free_port, stop_process
+from headwater.dev.emulator import (
+    ENDPOINT_VARS,
+    MotoServer,
+    die_with_parent,
+    free_port,
+    stop_process,
+)
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
@@ -80,16 +86,10 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(
-    emulator: MotoServer, tmp_path: object, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Cluster]:
+def cluster(emulator: MotoServer, tmp_path: object) -> Iterator[Cluster]:
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
     settings = Settings(resource_prefix=prefix)
-    # The test's own clients reach the emulator; the endpoints are put back afterwards, so
-    # in-process moto in a later test of this worker is not sent to it.
-    for k, v in emulator.env().items():
-        monkeypatch.setenv(k, v)
-    clients = AwsClients.create(settings, session=_session())
+    clients = AwsClients.create(settings, session=_session(emulator))
     ensure_resources(settings, clients)
     c = Cluster(emulator, prefix)
     yield c
@@ -97,10 +97,26 @@ def cluster(
         s.stop()
 
 
-def _session() -> object:
+def _session(emulator: MotoServer) -> object:
+    """A boto3 session for the test's own clients, which reach the emulator through the
+    AWS_ENDPOINT_URL* variables (set here; `_endpoints_end_with_the_module` puts them back)."""
     import boto3
 
+    os.environ.update(emulator.env())
     return boto3.Session(region_name="us-east-1")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _endpoints_end_with_the_module() -> Iterator[None]:
+    """The emulator endpoints an e2e module sets must not outlive it: under pytest-xdist the
+    next module on this worker may use in-process moto, which they would send elsewhere."""
+    saved = {v: os.environ.get(v) for v in ENDPOINT_VARS}
+    yield
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
 
 
 @pytest.fixture

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Run the Durable Streams conformance suite against a server.
 #
-#   tests/conformance/run.sh <baseUrl> <json-report-path>
+#   tests/conformance/run.sh <baseUrl> <json-report-path> [vitest args, e.g. -t <pattern>]
 #
 # e.g. tests/conformance/run.sh http://127.0.0.1:4437 /tmp/ds-conformance.json
 # Exit status is vitest's (0 = all tests passed).
 # Optional env: DS_LONG_POLL_TIMEOUT_MS, DS_SUBSCRIPTIONS=1 (see durable_streams.test.mjs).
 set -uo pipefail
 
-if [ "$#" -ne 2 ]; then
-  echo "usage: $0 <baseUrl> <json-report-path>" >&2
+if [ "$#" -lt 2 ]; then
+  echo "usage: $0 <baseUrl> <json-report-path> [vitest args]" >&2
   exit 2
 fi
 
 base_url="$1"
 report="$2"
+shift 2
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 mkdir -p "$(dirname "$report")"
@@ -26,5 +27,5 @@ esac
 cd "$repo_root" || exit 2
 DS_BASE_URL="$base_url" npx --no-install vitest run \
   --config tests/conformance/vitest.config.mjs \
-  --reporter=default --reporter=json --outputFile.json="$report"
+  --reporter=default --reporter=json --outputFile.json="$report" "$@"
 exit $?

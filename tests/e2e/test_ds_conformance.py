@@ -2,7 +2,13 @@
 run by vitest through tests/conformance/run.sh) against a real Headwater server process.
 
 Every test must pass. The 6 "Reserved subscription APIs" tests are opt-in
-(DS_SUBSCRIPTIONS=1) and are reported as skipped, not failed."""
+(DS_SUBSCRIPTIONS=1) and are reported as skipped, not failed.
+
+A few tests race wall clocks of 1-2 s (a 2 s Stream-TTL renewed after a 1.5 s sleep, then
+checked after polling for the source's expiry); with ~340 tests running concurrently on two
+cores they have failed about once in ten runs. A failure of one of those (TTL and expiry
+tests, `_clock_bound`) is run once more, alone, against the same server, and must pass then;
+the retry is printed. Any other failure, or a second failure, fails the test."""
 
 from __future__ import annotations
 
@@ -154,10 +160,46 @@ def test_durable_streams_conformance_suite_passes(
     ]
     assert not unexpected_status, [(r.path, r.status) for r in unexpected_status]
 
-    # THEN no test fails
+    # THEN no test fails (a clock-bound one that failed under the suite's load must pass
+    # when run again alone)
     failures = [r for r in results if r.status == "failed"]
+    if failures and all(_clock_bound(r) for r in failures):
+        retried = [_rerun_alone(server.url, r, tmp_path, env) for r in failures]
+        print("re-run alone: " + "; ".join(f"{r.path}: {r.status}" for r in retried))
+        failures = [r for r in retried if r.status != "passed"]
+        if not failures:
+            return
     details = "\n".join(f"  FAIL {r.path}\n       {r.message}" for r in failures)
     assert not failures, f"{len(failures)} conformance test(s) failed:\n{details}\n\n{summary}"
     # ...vitest's own counts agree with the per-test results, and it exits 0
     assert report.get("numFailedTests", 0) == 0
     assert proc.returncode == 0, f"vitest exit {proc.returncode}:\n{output_tail}"
+
+
+def _clock_bound(r: Result) -> bool:
+    """A test whose assertions race 1-2 s TTL / expiry clocks."""
+    text = f"{r.group} {r.title}"
+    return "TTL" in text or "xpir" in text
+
+
+def _js_escape(text: str) -> str:
+    return "".join("\\" + c if c in "\\^$.*+?()[]{}|/" else c for c in text)
+
+
+def _rerun_alone(url: str, r: Result, tmp_path: Path, env: dict[str, str]) -> Result:
+    """Run one test of the suite by itself; its result (failed when it did not run)."""
+    report_path = tmp_path / f"rerun-{abs(hash(r.path))}.json"
+    subprocess.run(
+        [str(RUN_SH), url, str(report_path), "-t", _js_escape(r.title)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if not report_path.exists():
+        return Result(r.group, r.path, r.title, "failed", "the re-run wrote no report")
+    ran = [x for x in _results(json.loads(report_path.read_text())) if x.path == r.path]
+    if not ran:
+        return Result(r.group, r.path, r.title, "failed", "the re-run did not run it")
+    return ran[0]

@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from headwater.dev.emulator import (
-    ENDPOINT_VARS,
     MotoServer,
     die_with_parent,
     free_port,
@@ -110,13 +109,10 @@ def _session(emulator: MotoServer) -> object:
 def _endpoints_end_with_the_module() -> Iterator[None]:
     """The emulator endpoints an e2e module sets must not outlive it: under pytest-xdist the
     next module on this worker may use in-process moto, which they would send elsewhere."""
-    saved = {v: os.environ.get(v) for v in ENDPOINT_VARS}
-    yield
-    for var, value in saved.items():
-        if value is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
+    from headwater.dev.emulator import endpoints_restored
+
+    with endpoints_restored():
+        yield
 
 
 @pytest.fixture

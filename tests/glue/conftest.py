@@ -4,7 +4,6 @@ on sys.path here; its Python workers find it through PYTHONPATH (rollup.spark)."
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,12 +34,7 @@ def _emulator_endpoints_end_with_the_module() -> Iterator[None]:
     """Glue modules point boto3 at their own emulator through the AWS_ENDPOINT_URL* variables
     (tests.e2e.conftest._session sets them); they must not outlive the module: under
     pytest-xdist the next module on this worker may be an in-process moto one."""
-    from headwater.dev.emulator import ENDPOINT_VARS
+    from headwater.dev.emulator import endpoints_restored
 
-    saved = {v: os.environ.get(v) for v in ENDPOINT_VARS}
-    yield
-    for var, value in saved.items():
-        if value is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
+    with endpoints_restored():
+        yield

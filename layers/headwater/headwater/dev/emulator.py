@@ -3,6 +3,7 @@ it, and it never competes with the app for the GIL)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from types import TracebackType
 
 FAKE_CREDENTIALS = {
@@ -24,6 +26,20 @@ FAKE_CREDENTIALS = {
 }
 
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3")
+
+
+@contextlib.contextmanager
+def endpoints_restored() -> Iterator[None]:
+    """Put the AWS_ENDPOINT_URL* variables back as they were when the block ends."""
+    saved = {v: os.environ.get(v) for v in ENDPOINT_VARS}
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def die_with_parent() -> None:

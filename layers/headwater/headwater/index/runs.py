@@ -28,12 +28,15 @@ import bisect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from headwater.engine.segment import companion_key, lexicon_run_key
 from headwater.index.companion import Companion, CompanionError
 from headwater.storage.index_catalogue import Catalogue
 from headwater.storage.ports import Head, SegmentItem
+
+if TYPE_CHECKING:
+    from headwater.index.build import BlobPort, CataloguePort, SegmentLister
 
 RUN_SEGMENTS = 16
 MAX_RUNS_PER_PASS = 8
@@ -149,23 +152,8 @@ class LexiconRun:
 
 
 # --------------------------------------------------------------------------- compaction
-class _Segments(Protocol):
-    def after(self, head: Head, after_seq: int, limit: int) -> list[SegmentItem]: ...
-
-
-class _Blobs(Protocol):
-    def get(self, key: str) -> bytes: ...
-    def put(self, key: str, body: bytes) -> None: ...
-
-
-class _Catalogues(Protocol):
-    def publish(
-        self, topic: str, epoch: int, expected: Catalogue | None, new: Catalogue
-    ) -> bool: ...
-
-
 def plan_runs(
-    head: Head, cat: Catalogue, segments: _Segments, max_runs: int = MAX_RUNS_PER_PASS
+    head: Head, cat: Catalogue, segments: SegmentLister, max_runs: int = MAX_RUNS_PER_PASS
 ) -> list[list[SegmentItem]]:
     """The next runs to build: groups of RUN_SEGMENTS covered segments after the last run."""
     start = cat.runs[-1][1] if cat.runs else 0
@@ -206,8 +194,8 @@ def publish_runs(
     cat: Catalogue,
     built: Sequence[tuple[int, int, str]],
     *,
-    segments: _Segments,
-    catalogue: _Catalogues,
+    segments: SegmentLister,
+    catalogue: CataloguePort,
     now_ms: int,
 ) -> Catalogue | None:
     """Add the built runs (their (first, last) seqs, in order, continuing the catalogue's) and
@@ -229,9 +217,9 @@ def compact_runs(
     cat: Catalogue,
     *,
     routing_keys: bool,
-    segments: _Segments,
-    blobs: _Blobs,
-    catalogue: _Catalogues,
+    segments: SegmentLister,
+    blobs: BlobPort,
+    catalogue: CataloguePort,
     now_ms: int,
     max_runs: int = MAX_RUNS_PER_PASS,
 ) -> tuple[Catalogue | None, list[str]]:
@@ -256,7 +244,7 @@ def compact_runs(
     ), keys
 
 
-def _getter(blobs: _Blobs) -> Callable[[str], bytes]:
+def _getter(blobs: BlobPort) -> Callable[[str], bytes]:
     def get(key: str) -> bytes:
         try:
             return blobs.get(key)

@@ -957,3 +957,113 @@ def test_builder_inputs_survive_pickling() -> None:
     assert moved[0].value is UNDECODABLE
     assert plan == PLAN and plan.generation == PLAN.generation
     assert build_companion(plan, moved) == build_companion(PLAN, docs)
+
+
+# ---------------------------------------------------------------- per-field columns
+_digits = st.text("0123456789", min_size=1, max_size=1)
+_fast_shaped_date = st.builds(
+    lambda y, mo, d, h, mi, s, ms, sep, z: (
+        f"{y:04d}-{mo:02d}-{d:02d}{sep}{h:02d}:{mi:02d}:{s:02d}.{ms:03d}{z}"
+    ),
+    st.integers(0, 9999),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 25),
+    st.integers(0, 61),
+    st.integers(0, 61),
+    st.integers(0, 999),
+    st.sampled_from(["T", "T", "t", " "]),
+    st.sampled_from(["Z", "Z", "z", "+"]),
+)
+_column_value = st.one_of(
+    _fast_shaped_date,
+    _fast_shaped_date.map(lambda t: f" {t[:-1]}"),  # same length, shifted
+    _fast_shaped_date.map(lambda t: t[:17] + "٣" + t[18:]),  # a non-ASCII digit
+    st.sampled_from(SVCS + WORDS + ["", "500", " 7 ", "1e1", "true", "nan", "2024-02-29"]),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.lists(st.one_of(st.integers(-3, 3), st.sampled_from(SVCS), _fast_shaped_date), max_size=3),
+    st.fixed_dictionaries({"x": st.integers()}),
+)
+_column_doc = st.one_of(
+    st.fixed_dictionaries({}, optional={"a": _column_value, "b": _column_value}),
+    st.sampled_from([None, 3, "str", [1, 2]]),
+)
+_COLUMN_FIELDS = search_fields(
+    {
+        "currentVersion": 2,
+        "search": {
+            "primaryTimestampField": "date0",
+            "fields": {
+                f"{kind}{norm}{n}": _f(
+                    kind,
+                    *ptrs,
+                    **({"normalizer": norm} if norm else {}),
+                    **({"analyzer": "unicode_word_v1"} if kind == "text" else {}),
+                )
+                for kind in ("keyword", "text", "integer", "float", "date", "bool")
+                for norm in (["", "lowercase_v1"] if kind == "keyword" else [""])
+                for n, ptrs in enumerate([("/a",), ("/a", "/b"), ("/x/y",)])
+            },
+        },
+    }
+)
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(_column_doc, st.sampled_from([None, 1, 2])), min_size=1, max_size=30),
+    st.booleans(),
+)
+def test_field_columns_equal_each_docs_values(
+    docs: list[tuple[Any, int | None]], one: bool
+) -> None:
+    """The builder reads a field a column at a time (one schema version, a one-token
+    pointer), with the common `...T00:00:00.000Z` date shape parsed per minute: every doc's
+    values are what the evaluator reads (FieldSpec.values), whatever the docs hold."""
+    from headwater.index.companion import _PerDoc
+
+    versions = [docs[0][1]] * len(docs) if one else [v for _, v in docs]
+    values = [d for d, _ in docs]
+    per_doc = _PerDoc(values, versions)
+    for spec in _COLUMN_FIELDS.values():
+        got = [list(x) for x in per_doc.of(spec)]
+        want = [spec.values(d, v) for d, v in zip(values, versions, strict=True)]
+        assert got == want, spec.name
+        assert [[type(x) for x in g] for g in got] == [[type(x) for x in w] for w in want]
+
+
+def test_date_column_parses_the_common_shape_exactly() -> None:
+    from headwater.index.companion import _PerDoc
+
+    spec = _COLUMN_FIELDS["date0"]
+    texts = [
+        "2026-01-01T00:00:00.000Z",
+        "2026-01-01T00:00:59.999Z",
+        "1969-12-31T23:59:59.999Z",
+        "2024-02-29T12:34:56.789Z",
+        "2023-02-29T12:34:56.789Z",  # no such day
+        "2026-01-01T24:00:00.000Z",  # no such hour
+        "2026-01-01T00:00:60.000Z",  # no such second
+    ]
+    got = _PerDoc([{"a": t} for t in texts], [None] * len(texts)).of(spec)
+    assert [list(g) for g in got] == [
+        [1767225600000],
+        [1767225659999],
+        [-1],
+        [1709210096789],
+        [],
+        [],
+        [],
+    ]
+
+
+def test_routing_keys_are_read_from_plain_and_escaped_tags() -> None:
+    def rec(seq: int, tag: bytes | None) -> StoredRecord:
+        return StoredRecord(seq, 1, b"{}", None, tag, None, 2)
+
+    tags = [b'"plain"', b'"a\\"b"', b'"\\u00e9t\\u00e9"', '"été"'.encode(), b"7", b'["x"]', None]
+    docs = docs_from_records([rec(i + 1, t) for i, t in enumerate(tags)], {})
+    assert [d.routing_key for d in docs] == ["plain", 'a"b', "été", "été", None, None, None]

@@ -289,7 +289,7 @@ class Rollup:
         self,
         doc: object,
         version: int | None,
-        read: Callable[[FieldSpec], list[Any]] | None = None,
+        read: Callable[[FieldSpec], Sequence[Any]] | None = None,
     ) -> (
         tuple[
             int, dict[str, Any], dict[str, tuple[float, float, float, float, dict[str, int] | None]]

@@ -52,6 +52,7 @@ from headwater.durable.filter import (
     Text,
     TextTarget,
     _doc_value,
+    _parse_date_ms,
     analyze,
     parse_json_pointer,
 )
@@ -160,9 +161,13 @@ def docs_from_records(
             value = UNDECODABLE
         version = versions.at(rec.seq) if versions is not None else 0
         key = None
-        if rec.tag_json is not None:
-            tag = json.loads(rec.tag_json)
-            key = tag if isinstance(tag, str) else None
+        tag_json = rec.tag_json
+        if tag_json is not None:
+            if tag_json[:1] == b'"' and b"\\" not in tag_json:  # a string without escapes
+                key = tag_json[1:-1].decode()
+            else:
+                tag = json.loads(tag_json)
+                key = tag if isinstance(tag, str) else None
         out.append(SegmentDoc(rec.seq, rec.ts, key, value, version or None))
     return out
 
@@ -252,52 +257,144 @@ class _PerDoc:
 
     def __init__(self, values: list[object], versions: list[int | None]) -> None:
         self.values, self.versions = values, versions
-        self._memo: dict[Any, list[list[Any]]] = {}
+        self._memo: dict[Any, list[Sequence[Any]]] = {}
+        self._versions = set(versions)
+        self._raws: dict[str, list[object]] = {}  # top-level key -> each doc's value there
 
-    def of(self, spec: FieldSpec) -> list[list[Any]]:
+    def of(self, spec: FieldSpec) -> list[Sequence[Any]]:
         key = _spec_key(spec)[1:]
         got = self._memo.get(key)
         if got is None:
             got = self._memo[key] = self._read(spec)
         return got
 
-    def _read(self, spec: FieldSpec) -> list[list[Any]]:
-        """`spec.values(doc, version)` of every doc, with the common case inlined: a pointer
-        of one token into an object, holding a scalar."""
-        tops: dict[int | None, str | None] = {}  # version -> the pointer's one token, if so
-        out: list[list[Any]] = []
-        slow = spec.values
-        stringy = spec.kind in ("keyword", "text")  # a str value is used as it is, or lowered
-        lower = spec.normalizer == "lowercase_v1"
-        for doc, v in zip(self.values, self.versions, strict=True):
-            if v in tops:
-                top = tops[v]
+    def _read(self, spec: FieldSpec) -> list[Sequence[Any]]:
+        """`spec.values(doc, version)` of every doc (a list, or () for none), a column at a
+        time in the common case: one schema version and a pointer of one token."""
+        if len(self._versions) == 1:
+            (v,) = self._versions
+            top = _top_token(spec, v)
+            if top is not None:
+                return self._column(spec, top, v)
+        return self._by_doc(spec)
+
+    def _column(self, spec: FieldSpec, top: str, v: int | None) -> list[Sequence[Any]]:
+        raws = self._raws.get(top)
+        if raws is None:
+            raws = self._raws[top] = [
+                d.get(top, MISSING) if type(d) is dict else _NOT_AN_OBJECT for d in self.values
+            ]
+        kind = spec.kind
+        out: list[Sequence[Any] | None]
+        # the common types as comprehensions; None marks a doc left to the general path
+        if kind in ("keyword", "text"):
+            if spec.normalizer == "lowercase_v1":
+                out = [[x.lower()] if type(x) is str else None for x in raws]
             else:
-                pointer = spec.pointer_for(v)
-                tokens = parse_json_pointer(pointer) if pointer is not None else None
-                top = tops[v] = tokens[0] if tokens is not None and len(tokens) == 1 else None
+                out = [[x] if type(x) is str else None for x in raws]
+        elif kind == "integer":
+            out = [[x] if type(x) is int else None for x in raws]
+        elif kind == "float":
+            out = [
+                [x] if type(x) is int or (type(x) is float and x - x == 0.0) else None for x in raws
+            ]
+        elif kind == "date":
+            days = _DateCache()
+            out = [
+                [x]
+                if type(x) is int
+                else [ms]
+                if type(x) is str and (ms := days.ms(x)) is not None
+                else None
+                for x in raws
+            ]
+        else:
+            out = [None] * len(raws)
+        slow = spec.values
+        for i, got in enumerate(out):
+            if got is None:
+                x = raws[i]
+                if x is MISSING:
+                    out[i] = ()
+                elif x is _NOT_AN_OBJECT or type(x) is list or type(x) is tuple:
+                    out[i] = slow(self.values[i], v)
+                else:
+                    one = _doc_value(spec, x)
+                    out[i] = () if one is None else [one]
+        return out  # type: ignore[return-value]
+
+    def _by_doc(self, spec: FieldSpec) -> list[Sequence[Any]]:
+        """Docs of several schema versions: each doc's pointer by its version."""
+        tops: dict[int | None, str | None] = {}
+        out: list[Sequence[Any]] = []
+        slow = spec.values
+        for doc, v in zip(self.values, self.versions, strict=True):
+            if v not in tops:
+                tops[v] = _top_token(spec, v)
+            top = tops[v]
             if top is None or type(doc) is not dict:
                 out.append(slow(doc, v))
                 continue
             raw = doc.get(top, MISSING)
-            kind = type(raw)
-            if kind is str and stringy:
-                out.append([raw.lower() if lower else raw])
-            elif raw is MISSING:
-                out.append([])
-            elif kind is list or kind is tuple:
+            if raw is MISSING:
+                out.append(())
+            elif type(raw) is list or type(raw) is tuple:
                 out.append(slow(doc, v))
             else:
                 one = _doc_value(spec, raw)
-                out.append([] if one is None else [one])
+                out.append(() if one is None else [one])
         return out
 
 
-def _build_exact(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
+_NOT_AN_OBJECT: Final = object()
+
+
+def _top_token(spec: FieldSpec, version: int | None) -> str | None:
+    """The one token of the field's pointer for `version`, when it has exactly one."""
+    pointer = spec.pointer_for(version)
+    tokens = parse_json_pointer(pointer) if pointer is not None else None
+    return tokens[0] if tokens is not None and len(tokens) == 1 else None
+
+
+class _DateCache:
+    """`_doc_value` of a date string, with the common `YYYY-MM-DDTHH:MM:SS.mmmZ` shape parsed
+    from the minute it starts (validated once per minute by the general parser); None for
+    anything else, which the caller leaves to the general parser."""
+
+    __slots__ = ("minutes",)
+
+    def __init__(self) -> None:
+        self.minutes: dict[str, int | None] = {}
+
+    def ms(self, text: str) -> int | None:
+        if len(text) == 24 and text[19] == "." and text[23] == "Z" and text[16] == ":":
+            digits = text[17:19] + text[20:23]
+            if digits.isascii() and digits.isdigit() and text[17] < "6":
+                minute = text[:17]
+                if minute in self.minutes:
+                    base = self.minutes[minute]
+                else:
+                    base = self.minutes[minute] = _parse_date_ms(minute + "00Z")
+                if base is not None:
+                    return base + int(digits[:2]) * 1000 + int(digits[2:])
+        return None  # another shape: the general parser's
+
+
+def _build_exact(spec: FieldSpec, per_doc: list[Sequence[Any]]) -> dict[str, Any]:
     postings: dict[Any, list[int]] = {}
+    get = postings.get
     for i, got in enumerate(per_doc):
+        if not got:
+            continue
         if len(got) == 1:  # the common case: no dedup or sort
-            postings.setdefault(_exact_key(got[0]), []).append(i)
+            x = got[0]
+            if type(x) is float and x.is_integer():
+                x = int(x)  # _exact_key, inline
+            docs = get(x)
+            if docs is None:
+                postings[x] = [i]
+            else:
+                docs.append(i)
             continue
         for key in sorted({_exact_key(x) for x in got}):
             postings.setdefault(key, []).append(i)
@@ -309,7 +406,7 @@ def _build_exact(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
     }
 
 
-def _build_col(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
+def _build_col(spec: FieldSpec, per_doc: list[Sequence[Any]]) -> dict[str, Any]:
     column: list[Any] = []
     every: list[Any] = []
     for got in per_doc:
@@ -323,20 +420,33 @@ def _build_col(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
     }
 
 
-def _build_fts(spec: FieldSpec, per_doc: list[list[Any]]) -> dict[str, Any]:
+def _build_fts(spec: FieldSpec, per_doc: list[Sequence[Any]]) -> dict[str, Any]:
     postings: dict[str, list[list[int]]] = {}
+    get = postings.get
     present: list[int] = []
+    positions = spec.positions
     for i, values in enumerate(per_doc):
+        if not values:
+            continue
         got = [x for x in values if isinstance(x, str)]
         if got:
             present.append(i)
         for vi, text in enumerate(got):
+            # one entry per (doc, value) a term occurs in: [doc, value, *positions]; the
+            # entries of a term are in (doc, value) order whatever order its tokens come in
             at: dict[str, list[int]] = {}
             for pos, tok in enumerate(analyze(text)):
-                at.setdefault(tok, []).append(pos)
-            for tok in sorted(at):
-                entry = [i, vi, *at[tok]] if spec.positions else [i, vi]
-                postings.setdefault(tok, []).append(entry)
+                entry = at.get(tok)
+                if entry is None:
+                    at[tok] = [i, vi, pos] if positions else [i, vi]
+                elif positions:
+                    entry.append(pos)
+            for tok, entry in at.items():
+                docs = get(tok)
+                if docs is None:
+                    postings[tok] = [entry]
+                else:
+                    docs.append(entry)
     order = sorted(postings)
     return {
         "spec": field_fingerprint(spec, "fts"),
@@ -365,14 +475,18 @@ def _build_rollup(
         specs += [r.fields[m["field"]] for m in r.measures.values() if m["kind"] == "summary"]
         columns = {id(spec): per_doc.of(spec) for spec in specs}
         canonical: dict[Any, bytes] = {}
+        order = sorted(kinds)
+        at = [0]  # the doc `read` answers for
+
+        def read(
+            spec: FieldSpec, at: list[int] = at, cols: dict[int, list[Sequence[Any]]] = columns
+        ) -> Sequence[Any]:
+            return cols[id(spec)][at[0]]
+
+        contribution = r.contribution
         for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
-
-            def read(
-                spec: FieldSpec, i: int = i, cols: dict[int, list[list[Any]]] = columns
-            ) -> list[Any]:
-                return cols[id(spec)][i]
-
-            got = r.contribution(doc, v, read)
+            at[0] = i
+            got = contribution(doc, v, read)
             if got is None:
                 continue
             start, key, measures = got
@@ -384,7 +498,7 @@ def _build_rollup(
             except TypeError:  # an unhashable dimension value (an array)
                 ck = canonical_json(key_list)
             _, states = windows.setdefault(start, {}).setdefault(ck, (key_list, {}))
-            for m in sorted(measures):
+            for m in order:  # contribution() answers every measure
                 c, total, lo, hi, hist = measures[m]
                 if kinds[m] == "count":
                     states[m] = states.get(m, 0) + int(c)

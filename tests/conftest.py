@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from headwater.dev import moto_patches
 from headwater.dev.emulator import ENDPOINT_VARS, FAKE_CREDENTIALS
+from tests import tiers
 
 # Before anything imports boto3-based code: never reach a real account from tests.
 for _var in ENDPOINT_VARS:
@@ -43,3 +45,23 @@ def moto(aws_env: None) -> Iterator[None]:
     moto_patches.apply()
     with mock_aws():
         yield
+
+
+_TESTS_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's tier marker from its folder (tests/tiers.py); a test outside the tier
+    folders, or marked with another folder's tier, fails collection."""
+    problems = []
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        why = tiers.problem(item.nodeid, path, _TESTS_DIR, (m.name for m in item.iter_markers()))
+        if why is not None:
+            problems.append(why)
+            continue
+        tier = tiers.tier_of(path, _TESTS_DIR)
+        assert tier is not None
+        item.add_marker(getattr(pytest.mark, tier))
+    if problems:
+        raise pytest.UsageError("tests outside their tier:\n  " + "\n  ".join(problems))

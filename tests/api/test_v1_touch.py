@@ -10,16 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from typing import Any
 
-import httpx
 import pytest
 from api_helpers import MakeClient
 from starlette.testclient import TestClient
-from tests.e2e.conftest import Cluster
 
-from headwater.dev.emulator import MotoServer
 from headwater.durable import touch
 from headwater.durable.service import DurableStreams
 from headwater.services import Services
@@ -490,50 +486,3 @@ def test_declare_templates_inline_and_heartbeat(client: TestClient) -> None:
     assert (
         wait(client, "decl", cursor=cursor, keys=[watch], templateIdsUsed=[TID])["touched"] is True
     )
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(120)
-def test_a_wait_parked_in_one_server_process_is_woken_by_an_append_through_another(
-    tmp_path: Any,
-) -> None:
-    """The same through two real server processes (uvicorn) sharing one emulator."""
-    with MotoServer() as emulator:
-        cluster = Cluster(emulator, f"touch-{uuid.uuid4().hex[:8]}")
-        try:
-            a, b = (cluster.start_server(str(tmp_path)).url for _ in range(2))
-            with httpx.Client(timeout=30) as http:
-                assert http.put(f"{a}{url('x')}", headers=JSON).status_code == 201
-                profile = {"profile": {"kind": "state-protocol", "touch": {"enabled": True}}}
-                r = http.post(f"{b}{url('x', '_profile')}", json=profile)
-                assert r.status_code == 200, r.text
-                body = {"templates": [{"entity": TODOS, "fields": FIELDS}]}
-                r = http.post(f"{b}{url('x', 'touch/templates/activate')}", json=body)
-                assert r.status_code == 200, r.text
-                cursor = http.get(f"{a}{url('x', 'touch/meta')}").json()["cursor"]
-            watch = touch.watch_key(TID, ["open", "t1"])
-            result: dict[str, Any] = {}
-
-            def park() -> None:
-                t0 = time.monotonic()
-                r = httpx.post(
-                    f"{a}{url('x', 'touch/wait')}",
-                    json={"cursor": cursor, "keys": [watch], "timeoutMs": 4_000},
-                    timeout=30,
-                )
-                result.update(status=r.status_code, body=r.json(), s=time.monotonic() - t0)
-
-            waiter = threading.Thread(target=park)
-            waiter.start()
-            time.sleep(0.5)
-            records = [change("insert", todo("t2", "open")), change("insert", todo("t1", "open"))]
-            for rec in records:  # the first is not for this wait
-                r = httpx.post(f"{b}{url('x')}", json=[rec], timeout=30)
-                assert r.status_code == 204, r.text
-            waiter.join(30)
-            assert result["status"] == 200 and result["body"]["touched"] is True, result
-            assert result["body"]["bucketMaxSourceOffsetSeq"] == "2", result
-            assert result["s"] < 3.5, result
-        finally:
-            for server in cluster.servers:
-                server.stop()

@@ -25,7 +25,7 @@ from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 from tests.e2e.conftest import Cluster, ServerProcess, _session
 
-pytestmark = [pytest.mark.glue, pytest.mark.e2e]
+pytestmark = pytest.mark.glue
 
 TICKERS = ["AAPL", "MSFT", "GOOGL", "TSLA"]
 LABELS = ["positive", "neutral", "negative"]

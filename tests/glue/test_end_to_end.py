@@ -20,7 +20,7 @@ from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 from tests.e2e.conftest import Cluster, ServerProcess, _session
 
-pytestmark = [pytest.mark.glue, pytest.mark.e2e]
+pytestmark = pytest.mark.glue
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,71 @@
+"""The botocore call-counting hooks the benchmarks use (headwater.storage.callcount), on real
+boto3 clients against moto's in-process mock: calls, bytes and capacity units per API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from headwater.storage import callcount
+
+pytestmark = pytest.mark.adapters
+
+
+# --- the hooks, on real boto3 clients against moto's in-process mock ----------------------
+@pytest.fixture
+def counted(moto: None) -> Iterator[None]:
+    callcount.reset()
+    yield
+    callcount.reset()
+
+
+def test_hooks_count_calls_bytes_and_units_per_api(counted: None) -> None:
+    import boto3
+
+    # GIVEN a hooked session (clients made afterwards inherit the hooks)
+    session = boto3.Session(region_name="us-east-1")
+    callcount.install(session)
+    callcount.install(session)  # idempotent
+    ddb = session.client("dynamodb")
+    s3 = session.client("s3")
+    ddb.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    s3.create_bucket(Bucket="bench-bucket")
+    callcount.reset()
+    # WHEN making calls of several kinds
+    item = {"pk": {"S": "a"}, "b": {"B": b"x" * 3000}}
+    ddb.transact_write_items(TransactItems=[{"Put": {"TableName": "t", "Item": item}}])
+    ddb.get_item(TableName="t", Key={"pk": {"S": "a"}}, ConsistentRead=True)
+    ddb.get_item(TableName="t", Key={"pk": {"S": "a"}})
+    s3.put_object(Bucket="bench-bucket", Key="k", Body=b"y" * 5000)
+    assert s3.get_object(Bucket="bench-bucket", Key="k")["Body"].read() == b"y" * 5000
+    with pytest.raises(ddb.exceptions.ResourceNotFoundException):
+        ddb.get_item(TableName="missing", Key={"pk": {"S": "a"}})
+    # THEN each API is counted once per call, with bytes and capacity units
+    calls = callcount.snapshot()["calls"]
+    tx = calls["DynamoDB.TransactWriteItems"]
+    assert tx["calls"] == 1 and tx["wru"] == 2 * 3 and tx["req_bytes"] > 4000
+    get = calls["DynamoDB.GetItem"]
+    assert get["calls"] == 3 and get["errors"] == 1 and get["rru"] == 1.0 + 0.5
+    assert calls["S3.PutObject"]["calls"] == 1 and calls["S3.PutObject"]["req_bytes"] == 5000
+    assert calls["S3.GetObject"]["resp_bytes"] == 5000
+    assert callcount.snapshot()["tables"]["t"] == {"items": 1.0, "kb_units": 3.0}
+    # AND reset zeroes everything
+    callcount.reset()
+    assert callcount.snapshot() == {"calls": {}, "tables": {}}
+
+
+def test_hooks_install_on_a_single_client(counted: None) -> None:
+    import boto3
+
+    hooked = boto3.client("s3", region_name="us-east-1")
+    plain = boto3.client("s3", region_name="us-east-1")
+    callcount.install(hooked)
+    hooked.list_buckets()
+    plain.list_buckets()
+    assert callcount.snapshot()["calls"]["S3.ListBuckets"]["calls"] == 1

@@ -33,6 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater import jsoncodec
 from headwater.engine.log import wall_ms
+from headwater.engine.ports import ConnectionGone
 from headwater.engine.quotas import WS_CONNECTIONS
 from headwater.errors import HeadwaterError, Unauthorized
 from headwater.http.responses import error_body
@@ -46,7 +47,7 @@ from headwater.http.ws_gateway import (
 )
 from headwater.services import LazyServices, Services
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
-from headwater.storage.ws_connections import ApiGatewayPoster, ConnectionGone, DynamoWsStore
+from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
 
 logger = Logger()
 

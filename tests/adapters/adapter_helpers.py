@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.engine.ports import AppendCommit, Head, IdemEntry, TagEntry
 from headwater.engine.records import NewRecord, encode_records
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
-from headwater.storage.ports import AppendCommit, Head, IdemEntry, TagEntry
 
 T0 = 1_700_000_000_000  # a fixed "now" (ms) so expiry tests are deterministic
 REC_SIZE = 10  # accounted bytes per test record

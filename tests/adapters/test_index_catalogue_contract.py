@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from adapter_helpers import Backend
 
-from headwater.storage.index_catalogue import Catalogue, DynamoIndexCatalogue
+from headwater.engine.ports import Catalogue
+from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
 pytestmark = pytest.mark.adapters
 

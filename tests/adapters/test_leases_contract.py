@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from adapter_helpers import T0, Backend, creating_commit, recs
 
-from headwater.storage.leases import CONFLICT, DynamoLeaseStore, queue_key
-from headwater.storage.ports import Guard, Head, Lease, LeaseCommit
+from headwater.engine.ports import CONFLICT, Guard, Head, Lease, LeaseCommit, queue_key
+from headwater.storage.leases import DynamoLeaseStore
 
 pytestmark = pytest.mark.adapters
 

@@ -20,9 +20,7 @@ import pytest
 from adapter_helpers import T0, Backend, append_commit, create_topic, recs
 from botocore.exceptions import ConnectionClosedError
 
-from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
-from headwater.storage.leases import DynamoLeaseStore, queue_key
-from headwater.storage.ports import (
+from headwater.engine.ports import (
     AppendRejected,
     Guard,
     IdemEntry,
@@ -30,7 +28,10 @@ from headwater.storage.ports import (
     LeaseCommit,
     SealCommit,
     SegmentItem,
+    queue_key,
 )
+from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.leases import DynamoLeaseStore
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.schema import LOG
 from headwater.storage.segments import DynamoSegmentStore

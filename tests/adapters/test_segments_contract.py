@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from adapter_helpers import T0, Backend, build_log
 
-from headwater.storage.ports import (
+from headwater.engine.ports import (
     DeleteCommit,
     EvictCommit,
     FrameDelete,

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from adapter_helpers import T0, Backend
 
-from headwater.storage.ports import WatchSessionItem
+from headwater.engine.ports import WatchSessionItem
 from headwater.storage.schema import SESSIONS
 from headwater.storage.sessions import WATCH_SK, DynamoSessionStore
 

@@ -22,10 +22,7 @@ from adapter_helpers import (
 )
 from botocore.exceptions import ClientError
 
-from headwater.engine.records import FRAME_FORMAT_RAW, NewRecord, encode_records
-from headwater.errors import StorageUnavailable
-from headwater.settings import MAX_INLINE_FRAME_BYTES
-from headwater.storage.ports import (
+from headwater.engine.ports import (
     AppendRejected,
     DeleteCommit,
     FrameDelete,
@@ -34,6 +31,9 @@ from headwater.storage.ports import (
     IdemHit,
     TagEntry,
 )
+from headwater.engine.records import FRAME_FORMAT_RAW, NewRecord, encode_records
+from headwater.errors import StorageUnavailable
+from headwater.settings import MAX_INLINE_FRAME_BYTES
 from headwater.storage.schema import INDEX, LOG
 
 pytestmark = pytest.mark.adapters

@@ -23,9 +23,9 @@ from api_helpers import (
 )
 from starlette.testclient import TestClient
 
+from headwater.engine.ports import SPILL_PREFIX
 from headwater.settings import Limits, Settings
 from headwater.storage.clients import AwsClients
-from headwater.storage.schema import SPILL_PREFIX
 
 pytestmark = pytest.mark.api
 

@@ -42,11 +42,11 @@ from flags_helpers import (
 from starlette.testclient import TestClient
 from test_tiering import services
 
+from headwater.engine.ports import Head
 from headwater.flags.live import EventStream
 from headwater.flags.store import Lru, topic_of
 from headwater.flags.subscription import parse_events_request
 from headwater.http.app import begin_shutdown
-from headwater.storage.ports import Head
 
 pytestmark = pytest.mark.api
 

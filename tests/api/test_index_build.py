@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from test_v1_search import EAGER, JSON, docs, make_stream, services, url
 
 from headwater.durable.state import state_of, topic_of
+from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.segment import companion_key
 from headwater.index.build import build_segment, index_stream
 from headwater.index.companion import Companion
@@ -22,7 +23,6 @@ from headwater.index.plan import IndexPlan
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
 from headwater.storage.index_catalogue import DynamoIndexCatalogue
-from headwater.storage.ports import Head, SegmentItem
 
 pytestmark = pytest.mark.api
 

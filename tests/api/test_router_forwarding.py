@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from headwater.engine.log import LogEngine, wall_ms
+from headwater.engine.ports import RouterItem
 from headwater.engine.records import NewRecord
 from headwater.engine.routers import BATCH, ForwardIncomplete, RouterEngine, StreamBatch
 from headwater.engine.values import AppendRequest, DiffRequest
@@ -23,7 +24,6 @@ from headwater.storage.blobs import S3BlobStore
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
-from headwater.storage.ports import RouterItem
 from headwater.storage.routers import DynamoRouterStore
 
 pytestmark = pytest.mark.api

@@ -16,9 +16,9 @@ import pytest
 from api_helpers import MakeClient, append, diff, read_all
 from test_tiering import EAGER, services
 
+from headwater.engine.ports import SEGMENT_PREFIX
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
-from headwater.storage.schema import SEGMENT_PREFIX
 
 pytestmark = pytest.mark.api
 

@@ -17,13 +17,13 @@ from starlette.testclient import TestClient
 from test_v1_search import EAGER, JSON, SERVICES, WORDS, docs, make_stream, services, url
 
 from headwater.durable.state import state_of, topic_of
+from headwater.engine.ports import SEGMENT_PREFIX
 from headwater.engine.segment import companion_key
 from headwater.index import reader, runs
 from headwater.index.build import index_stream
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
 from headwater.storage.index_catalogue import DynamoIndexCatalogue
-from headwater.storage.schema import SEGMENT_PREFIX
 
 pytestmark = pytest.mark.api
 

@@ -9,12 +9,12 @@ import pytest
 from api_helpers import MakeClient, append, diff, path, read_all
 from starlette.testclient import TestClient
 
+from headwater.engine.ports import SEGMENT_PREFIX
 from headwater.engine.segment import decode_segment
 from headwater.engine.values import DiffRequest
 from headwater.services import Services
 from headwater.settings import Settings, Tiering
 from headwater.storage.clients import AwsClients
-from headwater.storage.schema import SEGMENT_PREFIX
 
 pytestmark = pytest.mark.api
 

@@ -26,6 +26,7 @@ import pytest
 
 from headwater.dev.emulator import die_with_parent, stop_process
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import RouterItem
 from headwater.engine.records import NewRecord
 from headwater.engine.routers import BATCH, RouterEngine
 from headwater.engine.values import AppendRequest, DiffRequest
@@ -33,7 +34,6 @@ from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
-from headwater.storage.ports import RouterItem
 from headwater.storage.routers import DynamoRouterStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
+from headwater.engine.ports import COMPANION_SUFFIX, SEGMENT_PREFIX
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
-from headwater.storage.schema import COMPANION_SUFFIX, SEGMENT_PREFIX
 from tests.e2e.conftest import Cluster, ServerProcess
 
 pytestmark = pytest.mark.e2e

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from headwater.engine.ports import SEGMENT_PREFIX
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
-from headwater.storage.schema import SEGMENT_PREFIX
 from tests.e2e.conftest import Cluster, ServerProcess
 
 pytestmark = [pytest.mark.serial, pytest.mark.e2e]

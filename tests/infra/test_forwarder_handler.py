@@ -22,13 +22,13 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from moto import mock_aws
 
 from headwater.engine import routers as routers_module
+from headwater.engine.ports import RouterItem
 from headwater.engine.records import NewRecord
 from headwater.engine.routers import RouterEngine
 from headwater.engine.values import AppendRequest, DiffRequest
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
-from headwater.storage.ports import RouterItem
 
 pytestmark = pytest.mark.infra
 

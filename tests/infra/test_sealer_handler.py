@@ -17,12 +17,12 @@ import yaml
 from moto import mock_aws
 from test_forwarder_handler import FakeLambdaContext
 
+from headwater.engine.ports import SEGMENT_PREFIX
 from headwater.engine.records import NewRecord
 from headwater.engine.values import AppendRequest, DiffRequest
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
-from headwater.storage.schema import SEGMENT_PREFIX
 
 pytestmark = pytest.mark.infra
 

@@ -28,13 +28,13 @@ from moto import mock_aws
 from moto.apigatewaymanagementapi.models import apigatewaymanagementapi_backends
 from moto.core import DEFAULT_ACCOUNT_ID
 
+from headwater.engine.ports import ConnectionGone
 from headwater.engine.records import NewRecord
 from headwater.engine.values import AppendRequest
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
-from headwater.storage.ws_connections import ConnectionGone
 
 pytestmark = pytest.mark.infra
 

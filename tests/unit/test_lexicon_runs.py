@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headwater.engine.ports import Catalogue, Head, SegmentItem
 from headwater.index import runs
 from headwater.index.runs import LexiconRun, LexiconRunError, RunMember, build_run
-from headwater.storage.index_catalogue import Catalogue
-from headwater.storage.ports import Head, SegmentItem
 
 pytestmark = pytest.mark.unit
 

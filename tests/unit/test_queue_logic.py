@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from headwater.engine.ports import Head, Lease, QueueState
 from headwater.engine.queue import Job, _share, clamp_lease_ms, counters
 from headwater.engine.records import StoredRecord
-from headwater.storage.ports import Head, Lease, QueueState
 
 
 @pytest.mark.parametrize(

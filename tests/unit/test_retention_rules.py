@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from headwater.engine.ports import Head
 from headwater.engine.retention import (
     MAX_EVICTION_RUNS,
     eviction_reason,
@@ -14,7 +15,6 @@ from headwater.engine.retention import (
     tombstone_reason,
 )
 from headwater.settings import Tiering
-from headwater.storage.ports import Head
 
 pytestmark = pytest.mark.unit
 

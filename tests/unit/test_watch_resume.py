@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from headwater.engine.ports import WatchSessionItem
 from headwater.engine.watch import (
     TopicWatch,
     WatchEngine,
@@ -18,7 +19,6 @@ from headwater.engine.watch import (
     encode_cursor_map,
 )
 from headwater.errors import InvalidRequest
-from headwater.storage.ports import WatchSessionItem
 
 pytestmark = pytest.mark.unit
 

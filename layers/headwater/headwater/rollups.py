@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.storage.ports import BlobStore
+from headwater.engine.ports import BlobStore
 
 DEFAULT_PREFIX = "rollups/v1/"
 MANIFEST_NAME = "manifest.json"

@@ -27,9 +27,9 @@ from headwater.dashboard.ids import EPOCH_MASK, Position, topic_check
 from headwater.dashboard.items import parse_item
 from headwater.dashboard.metrics import Tally
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Head
 from headwater.rollups import RollupReader
 from headwater.settings import DashboardSettings
-from headwater.storage.ports import Head
 
 log = logging.getLogger(__name__)
 

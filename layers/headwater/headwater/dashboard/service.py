@@ -14,14 +14,10 @@ from typing import Any
 from headwater.dashboard.feed import DashboardFeed
 from headwater.dashboard.items import canonical_ticker, iso_ms
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import ConfigLimitReached, DashboardConfig, DashboardConfigStore
 from headwater.errors import HeadwaterError
 from headwater.jsoncodec import is_scalar_text
 from headwater.settings import DashboardSettings
-from headwater.storage.dashboard_configs import (
-    ConfigLimitReached,
-    DashboardConfig,
-    DynamoConfigStore,
-)
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +151,7 @@ class DashboardService:
         self,
         engine: LogEngine,
         settings: DashboardSettings,
-        configs: DynamoConfigStore,
+        configs: DashboardConfigStore,
         clock: Callable[[], int],
         uptime_ms: Callable[[], int],
     ) -> None:

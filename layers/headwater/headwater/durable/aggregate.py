@@ -31,7 +31,7 @@ from headwater.durable.search import (
     search_config,
 )
 from headwater.durable.service import DurableStreams
-from headwater.storage.ports import Head, SegmentItem
+from headwater.engine.ports import Head, SegmentItem
 
 BODY_KEYS: Final = frozenset({"rollup", "from", "to", "interval", "q", "group_by", "measures"})
 MAX_BUCKETS: Final = 10_000  # (to - from) / interval may not exceed this

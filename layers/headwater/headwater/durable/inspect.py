@@ -23,8 +23,7 @@ from headwater.durable.offsets import encode_offset
 from headwater.durable.search import Coverage, Deadline, SearchError, monotonic, scan
 from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams
 from headwater.durable.state import StreamState, name_of
-from headwater.storage.index_catalogue import Catalogue
-from headwater.storage.ports import Head, SegmentItem
+from headwater.engine.ports import Catalogue, Head, SegmentItem
 
 if TYPE_CHECKING:
     from headwater.index.runs import LexiconRun

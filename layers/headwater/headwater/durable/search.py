@@ -32,9 +32,9 @@ from headwater.durable.offsets import (
     encode_offset,
 )
 from headwater.durable.service import DurableStreams
+from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.records import StoredRecord
 from headwater.errors import InvalidRequest
-from headwater.storage.ports import Head, SegmentItem
 
 DEFAULT_SIZE: Final = 50  # the reference's default page size
 MAX_SIZE: Final = 500  # ...and its cap

@@ -47,12 +47,11 @@ from headwater.durable.offsets import (
 from headwater.durable.state import Fork, StreamState, name_of, state_of, topic_of
 from headwater.durable.wire import Producer, is_json_type, media_type
 from headwater.engine.log import LogEngine, wall_ms
+from headwater.engine.ports import REGISTRY_PREFIX, Head, SegmentItem
 from headwater.engine.records import RECORD_OVERHEAD_BYTES, NewRecord, StoredRecord, json_literal
 from headwater.engine.values import Admit, AppendRequest, Guard, RangeRead, Settle
 from headwater.errors import InvalidRequest, StorageUnavailable, TopicNotFound
 from headwater.names import object_key_component
-from headwater.storage.ports import Head, SegmentItem
-from headwater.storage.schema import REGISTRY_PREFIX
 
 STATE_ATTEMPTS = 8
 # A state change on the head (a fork's reference, a delete, a close, a schema) is

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from headwater.storage.ports import Head
+from headwater.engine.ports import Head
 
 TOPIC_PREFIX = "~ds/"  # no /v0 topic name can start with "~": the namespaces never meet
 MAX_NAME_BYTES = 1024

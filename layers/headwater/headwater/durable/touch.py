@@ -47,10 +47,9 @@ from headwater.durable.errors import StreamNotFound
 from headwater.durable.offsets import encode_offset
 from headwater.durable.service import DurableStreams
 from headwater.durable.state import StreamState
+from headwater.engine.ports import REGISTRY_PREFIX, Head
 from headwater.errors import InvalidRequest, NotFound, StorageUnavailable
 from headwater.names import object_key_component
-from headwater.storage.ports import Head
-from headwater.storage.schema import REGISTRY_PREFIX
 
 ENCODINGS: Final = ("string", "int64", "bool", "datetime", "bytes")
 MAX_TEMPLATES_PER_CALL: Final = 256

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from headwater.engine.notifier import Notifier
-from headwater.storage.ports import Head, HeadStore
+from headwater.engine.ports import Head, HeadStore
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,22 @@ from headwater.engine import config as topic_config
 from headwater.engine.cache import FrameCache
 from headwater.engine.heads import HeadHub, KnownHeads
 from headwater.engine.notifier import Notifier
+from headwater.engine.ports import (
+    MAX_TXN_ITEMS,
+    SPILL_PREFIX,
+    AppendCommit,
+    AppendRejected,
+    BlobStore,
+    DeleteCommit,
+    FrameDelete,
+    Head,
+    HeadStore,
+    IdemEntry,
+    LogTailStore,
+    SegmentItem,
+    SegmentStore,
+    TagEntry,
+)
 from headwater.engine.quotas import TOPICS, TOTAL_BYTES, Quotas
 from headwater.engine.records import (
     Frame,
@@ -67,21 +83,6 @@ from headwater.errors import (
 )
 from headwater.names import object_key_component
 from headwater.settings import Settings
-from headwater.storage.ports import (
-    AppendCommit,
-    AppendRejected,
-    BlobStore,
-    DeleteCommit,
-    FrameDelete,
-    Head,
-    HeadStore,
-    IdemEntry,
-    LogTailStore,
-    SegmentItem,
-    SegmentStore,
-    TagEntry,
-)
-from headwater.storage.schema import SPILL_PREFIX
 
 T = TypeVar("T")
 
@@ -89,7 +90,6 @@ T = TypeVar("T")
 # theirs under "~ds/"); no /v0 topic name can start with it.
 PROTOCOL_TOPIC_MARK = "~"
 log = logging.getLogger(__name__)
-MAX_TXN_ITEMS = 100
 MAX_ATTEMPTS = 200
 APPEND_BUDGET_S = 20.0
 MIN_CONFLICTS_TO_GIVE_UP = 4

@@ -33,6 +33,17 @@ from typing import Any
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import (
+    CONFLICT,
+    MAX_TXN_ITEMS,
+    Guard,
+    Head,
+    Lease,
+    LeaseCommit,
+    LeaseStore,
+    QueueState,
+    queue_key,
+)
 from headwater.engine.quotas import TOTAL_BYTES
 from headwater.engine.records import Frame, NewRecord, StoredRecord, encoded_size
 from headwater.engine.values import AppendRequest
@@ -41,15 +52,6 @@ from headwater.errors import (
     NotAQueue,
     StorageUnavailable,
     TopicNotFound,
-)
-from headwater.storage.leases import CONFLICT, MAX_TXN_ITEMS, queue_key
-from headwater.storage.ports import (
-    Guard,
-    Head,
-    Lease,
-    LeaseCommit,
-    LeaseStore,
-    QueueState,
 )
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from headwater.engine.ports import SessionStore, WatchSessionItem
 from headwater.errors import HeadwaterError, Throttled
 from headwater.settings import Caps
-from headwater.storage.ports import SessionStore, WatchSessionItem
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from headwater.engine.ports import Head
 from headwater.settings import Tiering
-from headwater.storage.ports import Head
 
 LOSSY_CLASSES = ("ephemeral", "memory")
 MAX_EVICTION_RUNS = 32

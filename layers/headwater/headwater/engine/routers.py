@@ -25,6 +25,7 @@ from typing import Any
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Head, RouterItem, RouterStore
 from headwater.engine.quotas import ROUTERS
 from headwater.engine.records import NewRecord, encoded_size
 from headwater.engine.values import AppendRequest, DiffRequest
@@ -35,7 +36,6 @@ from headwater.errors import (
     TopicExistsIncompatible,
     TopicNotFound,
 )
-from headwater.storage.ports import Head, RouterItem, RouterStore
 
 log = logging.getLogger(__name__)
 

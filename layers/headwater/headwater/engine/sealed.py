@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from headwater.engine.cache import FrameCache
+from headwater.engine.ports import BlobStore, Head, SegmentItem, SegmentStore
 from headwater.engine.records import Frame
 from headwater.engine.segment import (
     BlockRef,
@@ -24,7 +25,6 @@ from headwater.engine.segment import (
     decode_index,
 )
 from headwater.errors import BlobNotFound
-from headwater.storage.ports import BlobStore, Head, SegmentItem, SegmentStore
 
 # A sequential reader gets up to this many stored bytes of the same segment per GET.
 READ_AHEAD_BYTES = 1 << 20

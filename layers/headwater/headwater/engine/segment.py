@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from headwater.engine.ports import COMPANION_SUFFIX, LEXICON_RUN_SUFFIX
 from headwater.engine.records import StoredRecord
-from headwater.storage.schema import COMPANION_SUFFIX, LEXICON_RUN_SUFFIX
 
 SEGMENT_VERSION = 1
 MAGIC = b"HWSEG\x00"

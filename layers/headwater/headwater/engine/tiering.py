@@ -18,6 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import (
+    SEGMENT_PREFIX,
+    EvictCommit,
+    FrameSummary,
+    Head,
+    SealCommit,
+    SegmentItem,
+    SegmentStore,
+)
 from headwater.engine.quotas import TOTAL_BYTES
 from headwater.engine.records import Frame
 from headwater.engine.retention import is_tiered, merge_runs, over_cap, retention_ms
@@ -26,15 +35,6 @@ from headwater.engine.segment import encode_index, encode_segment, object_keys
 from headwater.errors import HeadwaterError
 from headwater.names import object_key_component
 from headwater.settings import Tiering
-from headwater.storage.ports import (
-    EvictCommit,
-    FrameSummary,
-    Head,
-    SealCommit,
-    SegmentItem,
-    SegmentStore,
-)
-from headwater.storage.schema import SEGMENT_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.engine.ports import Head
 from headwater.engine.records import NewRecord, StoredRecord
-from headwater.storage.ports import Head
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,9 @@ from typing import Any
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine, wall_ms
+from headwater.engine.ports import Head, SessionStore, WatchSessionItem
 from headwater.engine.values import DiffRequest
 from headwater.errors import InvalidRequest, TopicNotFound
-from headwater.storage.ports import Head, SessionStore, WatchSessionItem
 
 log = logging.getLogger(__name__)
 POLL_MIN_S = 0.025

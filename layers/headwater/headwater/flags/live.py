@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Head
 from headwater.flags.delta import (
     KEEPALIVE_FRAME,
     DeliveryPolicy,
@@ -48,7 +49,6 @@ from headwater.flags.snapshot import snapshot_url
 from headwater.flags.store import Closure, Lru, ManifestStore, TreeIndex, topic_of
 from headwater.flags.subscription import NamespaceSubscription
 from headwater.flags.tokens import Principal, SnapshotScope, SnapshotSigner
-from headwater.storage.ports import Head
 
 log = logging.getLogger(__name__)
 WATCH_TIMEOUT_S = 30.0

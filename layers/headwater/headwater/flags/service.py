@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from headwater.engine.ports import Head
 from headwater.flags import manifest
 from headwater.flags.delta import DeliveryPolicy
 from headwater.flags.errors import (
@@ -45,7 +46,6 @@ from headwater.flags.tokens import (
     TokenStore,
     authenticate_header,
 )
-from headwater.storage.ports import Head
 
 log = logging.getLogger(__name__)
 

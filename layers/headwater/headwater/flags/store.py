@@ -41,6 +41,7 @@ from typing import Any, Generic, TypeVar, cast
 import orjson
 
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Head
 from headwater.engine.records import NewRecord
 from headwater.engine.values import Admit, AppendRequest, Settle
 from headwater.errors import TopicNotFound
@@ -48,7 +49,6 @@ from headwater.flags import names
 from headwater.flags.closure import FlagSelection, closure_hash_of_digests, closure_paths
 from headwater.flags.lint import Model
 from headwater.flags.tarball import Snapshot, build_snapshot, read_snapshot, tar_size
-from headwater.storage.ports import Head
 
 log = logging.getLogger(__name__)
 

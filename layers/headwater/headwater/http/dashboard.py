@@ -29,10 +29,10 @@ from headwater.engine.records import NewRecord, encoded_size
 from headwater.engine.values import AppendRequest
 from headwater.errors import HeadwaterError
 from headwater.http.bodies import read_json
+from headwater.http.common import authorize, services
 from headwater.http.dashboard_errors import PREFIX
 from headwater.http.limits import Slot
 from headwater.http.sse import EventStreamResponse, bare_event_stream
-from headwater.http.v0 import authorize, services
 
 router = APIRouter()
 

@@ -31,10 +31,10 @@ from headwater.flags.service import version_json
 from headwater.flags.snapshot import etag_matches
 from headwater.flags.subscription import DEFAULT_LIMITS, parse_events_request
 from headwater.http.bodies import read_body
+from headwater.http.common import services
 from headwater.http.flag_errors import EVENTS_PATH
 from headwater.http.limits import Slot
 from headwater.http.sse import bare_event_stream
-from headwater.http.v0 import services
 from headwater.services import Services
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from headwater.errors import HeadwaterError
 from headwater.http import aviso
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_body
+from headwater.http.common import services
 from headwater.http.sse import EventStreamResponse
-from headwater.http.v0 import services
 from headwater.notify import stream as frames
 from headwater.notify.errors import AvisoError, RequestKind
 from headwater.notify.numbers import RustParseError, parse_rust_int

@@ -10,13 +10,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import __version__
+from headwater.engine.ports import Head
 from headwater.engine.quotas import WATCH_SESSIONS
 from headwater.errors import HeadwaterError, NotReady
 from headwater.http.auth import Principal
+from headwater.http.common import authorize, services
 from headwater.http.responses import json_response
-from headwater.http.v0 import authorize, services
 from headwater.services import LazyServices, Services
-from headwater.storage.ports import Head
 
 router = APIRouter()
 PER_TOPIC_LIMIT = 1000  # per-topic gauge block is bounded (topics_topic_metrics_truncated)

@@ -18,9 +18,9 @@ from headwater.engine.queue import (
 )
 from headwater.errors import BatchTooLarge, InvalidRequest, NotAcceptable
 from headwater.http.bodies import read_json
+from headwater.http.common import authorize, services
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
-from headwater.http.v0 import authorize, services
 from headwater.http.v0_parse import is_int, query_int, require_object, require_text, u64
 from headwater.http.watch import accepts_event_stream
 from headwater.jsoncodec import dumps, is_scalar_text

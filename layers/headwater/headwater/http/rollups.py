@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater.errors import InvalidRequest
+from headwater.http.common import authorize, services
 from headwater.http.responses import json_response
-from headwater.http.v0 import authorize, services
 from headwater.names import validate_topic_name
 from headwater.rollups import GRANULARITY_MS, RollupReader
 

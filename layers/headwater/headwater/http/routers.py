@@ -10,12 +10,13 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from headwater.engine.ports import RouterItem
 from headwater.engine.routers import RouterNotFound
 from headwater.errors import Conflict, InvalidRequest
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
+from headwater.http.common import authorize, services
 from headwater.http.responses import json_response
-from headwater.http.v0 import authorize, services
 from headwater.http.v0_parse import (
     boolean,
     decode_cursor,
@@ -26,7 +27,6 @@ from headwater.http.v0_parse import (
 )
 from headwater.names import ROUTER_NAME_RE, is_valid_topic_name
 from headwater.services import Services
-from headwater.storage.ports import RouterItem
 
 router = APIRouter()
 

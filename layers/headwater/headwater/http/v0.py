@@ -12,11 +12,13 @@ from starlette.responses import Response
 
 from headwater.engine.config import validate_config_patch
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Head
 from headwater.engine.priority import effective_priority
 from headwater.engine.queue import Counters
 from headwater.engine.values import AppendRequest, AppendResult, DiffResult
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
+from headwater.http.common import authorize, services
 from headwater.http.responses import json_response
 from headwater.http.v0_parse import (
     decode_cursor,
@@ -29,23 +31,8 @@ from headwater.http.v0_parse import (
     require_object,
 )
 from headwater.names import validate_topic_name
-from headwater.services import LazyServices, Services
-from headwater.storage.ports import Head
 
 router = APIRouter()
-
-
-def services(request: Request) -> Services:
-    lazy: LazyServices = request.app.state.services
-    return lazy.get()
-
-
-def authorize(request: Request, svc: Services, *scopes: str, name: str | None = None) -> Principal:
-    principal = svc.keys.authenticate(request.headers.get("authorization"))
-    principal.require(*scopes)
-    if name is not None:
-        principal.require_name(name)
-    return principal
 
 
 def require_config_names(principal: Principal, patch: dict[str, Any] | None) -> None:

@@ -22,7 +22,6 @@ from headwater.durable import profiles, schema
 from headwater.durable.errors import (
     AppendTimeout,
     OffsetGone,
-    RequestTimeout,
     StreamNotFound,
 )
 from headwater.durable.filter import FilterError, Predicate, parse_filter
@@ -60,30 +59,35 @@ from headwater.durable.wire import (
     sse_encoding,
     stream_cursor,
 )
+from headwater.engine.ports import Head
 from headwater.engine.records import StoredRecord
 from headwater.engine.values import RangeRead
-from headwater.errors import HeadwaterError, InvalidRequest, PayloadTooLarge
+from headwater.errors import HeadwaterError
 from headwater.http.auth import Principal
+from headwater.http.common import authorize, services
 from headwater.http.sse import bare_event_stream
-from headwater.http.v0 import authorize, services
+from headwater.http.v1_common import (
+    LONG_POLL_CAP_MS,
+    allow,
+    bad,
+    capped,
+    one_param,
+    read_append_body,
+)
 from headwater.index.reader import open_index, read_pruner
 from headwater.services import Services
-from headwater.storage.ports import Head
 
 router = APIRouter()
 
 T = TypeVar("T")
 
 PREFIX = "/v1/stream/"
-RESOLVER_TIMEOUT_S = 5.0  # protocol §6: every resolver, cooperative
 APPEND_TIMEOUT_S = 3.0  # protocol §7.5
 LONG_POLL_DEFAULT_MS = 30_000
-LONG_POLL_CAP_MS = 4_000  # waits are clamped inside the resolver cap and end in 204
 SSE_MAX_S = 60.0  # an SSE response ends after this; clients reconnect from the last control
 SSE_IDLE_PING_S = 15.0
 PAGE_RECORDS = 10_000
 PAGE_BYTES = 4 << 20  # under the 6 MB buffered Lambda response limit
-MAX_APPEND_BYTES = 6 << 20  # the Lambda request payload limit
 MAX_KEY_BYTES = 256
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 # The reference server's offset spelling, which the conformance suite uses as a fork point:
@@ -101,21 +105,11 @@ SUBRESOURCES = (
 )
 
 
-def allow(principal: Principal, scope: str, name: str) -> None:
-    """403 unless the key has `scope` and its allowlist covers stream `name`."""
-    principal.require(scope)
-    principal.require_name(name)
-
-
-def _bad(message: str) -> InvalidRequest:
-    return InvalidRequest(message)
-
-
 def _stream_name(path: str) -> str:
     if not path or path.startswith("/") or path.endswith("/"):
-        raise _bad("invalid stream name")
+        raise bad("invalid stream name")
     if len(path.encode()) > MAX_NAME_BYTES or any(ord(c) < 32 or ord(c) == 127 for c in path):
-        raise _bad(f"invalid stream name (at most {MAX_NAME_BYTES} bytes, no control characters)")
+        raise bad(f"invalid stream name (at most {MAX_NAME_BYTES} bytes, no control characters)")
     return path
 
 
@@ -133,25 +127,11 @@ def _split(path: str) -> tuple[str, str | None, str | None]:
     return _stream_name(path), None, None
 
 
-async def _capped(aw: Awaitable[T], seconds: float = RESOLVER_TIMEOUT_S) -> T:
-    try:
-        return await asyncio.wait_for(aw, seconds)
-    except TimeoutError:
-        raise RequestTimeout() from None
-
-
 def _wire(fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except WireError as exc:
-        raise _bad(str(exc)) from None
-
-
-def _one_param(request: Request, name: str) -> str | None:
-    values = request.query_params.getlist(name)
-    if len(values) > 1:
-        raise _bad(f"{name} given more than once")
-    return values[0] if values else None
+        raise bad(str(exc)) from None
 
 
 def _location(request: Request, name: str) -> str:
@@ -182,25 +162,6 @@ def _written_headers(w: Written) -> dict[str, str]:
 
 
 # --- bodies --------------------------------------------------------------------------------
-async def _body(request: Request) -> bytes:
-    length = request.headers.get("content-length")
-    if (
-        length is not None
-        and length.isascii()
-        and length.isdigit()
-        and (len(length) > 18 or int(length) > MAX_APPEND_BYTES)
-    ):
-        raise PayloadTooLarge(f"append body over {MAX_APPEND_BYTES} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_APPEND_BYTES:
-            raise PayloadTooLarge(f"append body over {MAX_APPEND_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _entries(
     body: bytes, content_type: str, key: str | None, *, allow_empty_array: bool
 ) -> list[Entry]:
@@ -213,17 +174,17 @@ def _entries(
     try:
         value = jsoncodec.loads(body)
     except ValueError:
-        raise _bad("body is not valid JSON") from None
+        raise bad("body is not valid JSON") from None
     items = value if isinstance(value, list) else [value]
     if not items and not allow_empty_array:
-        raise _bad("a JSON append needs at least one value (got [])")
+        raise bad("a JSON append needs at least one value (got [])")
     return [Entry(jsoncodec.dumps(v), key) for v in items]
 
 
 def _key_header(request: Request) -> str | None:
     key = request.headers.get("stream-key")
     if key is not None and (not key or len(key.encode()) > MAX_KEY_BYTES):
-        raise _bad(f"Stream-Key must be 1..{MAX_KEY_BYTES} bytes")
+        raise bad(f"Stream-Key must be 1..{MAX_KEY_BYTES} bytes")
     return key
 
 
@@ -237,7 +198,7 @@ def _closed_flag(request: Request) -> bool:
     if raw is None:
         return False
     if raw.strip().lower() not in ("true", "false"):
-        raise _bad("Stream-Closed must be true or false")
+        raise bad("Stream-Closed must be true or false")
     return raw.strip().lower() == "true"
 
 
@@ -246,18 +207,18 @@ def _closed_flag(request: Request) -> bool:
 async def list_streams(request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "read")
-    limit_raw = _one_param(request, "limit")
+    limit_raw = one_param(request, "limit")
     limit = 1000
     if limit_raw is not None:
         if not (limit_raw.isascii() and limit_raw.isdigit() and len(limit_raw) <= 5) or not (
             1 <= int(limit_raw) <= 10_000
         ):
-            raise _bad("limit must be an integer 1..10000")
+            raise bad("limit must be an integer 1..10000")
         limit = int(limit_raw)
-    after = _one_param(request, "after")
+    after = one_param(request, "after")
     # A prefix-limited key lists only the streams its allowlist covers (as GET /v0/topics).
     prefixes = principal.listing_prefixes()
-    page, next_after = await _capped(svc.streams.list_streams(after, limit, prefixes))
+    page, next_after = await capped(svc.streams.list_streams(after, limit, prefixes))
     headers = {"Cache-Control": "no-store"}
     if next_after is not None:
         headers["Stream-List-Next-After"] = quote(next_after, safe="")
@@ -320,17 +281,17 @@ async def stream_resource(request: Request, path: str) -> Response:
         return await v1_search.route(request, svc, principal, name, sub)
     if method == "PUT":
         allow(principal, "write", name)
-        return await _capped(_create(request, svc, principal, name))
+        return await capped(_create(request, svc, principal, name))
     if method == "POST":
         allow(principal, "write", name)
-        return await _capped(_append(request, svc, name))
+        return await capped(_append(request, svc, name))
     if method == "DELETE":
         allow(principal, "delete", name)
-        await _capped(svc.streams.delete(name))
+        await capped(svc.streams.delete(name))
         return Response(status_code=204)
     allow(principal, "read", name)
     if method == "HEAD":
-        return await _capped(_head(svc, name))
+        return await capped(_head(svc, name))
     return await _read(request, svc, name, key)
 
 
@@ -338,7 +299,7 @@ async def _create(request: Request, svc: Services, principal: Principal, name: s
     h = request.headers
     ttl_raw, exp_raw = h.get("stream-ttl"), h.get("stream-expires-at")
     if ttl_raw is not None and exp_raw is not None:
-        raise _bad("give at most one of Stream-TTL and Stream-Expires-At")
+        raise bad("give at most one of Stream-TTL and Stream-Expires-At")
     ttl_ms = _wire(parse_ttl, ttl_raw) if ttl_raw is not None else 0
     exp_ms = _wire(parse_expires_at, exp_raw) if exp_raw is not None else 0
     fork = _fork_request(request, ttl_raw is not None or exp_raw is not None)
@@ -347,7 +308,7 @@ async def _create(request: Request, svc: Services, principal: Principal, name: s
         # reading the source (before the source is looked at, or anything is created).
         allow(principal, "read", fork.src)
     content_type = h.get("content-type") or DEFAULT_CONTENT_TYPE
-    body = await _body(request)
+    body = await read_append_body(request)
     if fork is not None and not fork.content_type_given and body:
         # The body is read as the type the fork inherits.
         src = state_of(await svc.streams.engine.head_of(topic_of(fork.src)))
@@ -378,27 +339,27 @@ def _fork_request(request: Request, expiry_given: bool) -> ForkRequest | None:
     sub_raw = h.get("stream-fork-sub-offset")
     if src_raw is None:
         if off_raw is not None or sub_raw is not None:
-            raise _bad("Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From")
+            raise bad("Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From")
         return None
     path = urlsplit(src_raw.strip()).path if "://" in src_raw else src_raw.strip()
     if not path.startswith(PREFIX):
-        raise _bad(f"Stream-Forked-From must be a {PREFIX}<name> path")
+        raise bad(f"Stream-Forked-From must be a {PREFIX}<name> path")
     src = _stream_name(unquote(path[len(PREFIX) :]))
     offset: Offset | StartOfStream | None = None
     if off_raw is not None:
         if FORK_ZERO_OFFSET.fullmatch(off_raw):
             if off_raw.strip("0_"):
-                raise _bad("Stream-Fork-Offset is not an offset of this server")
+                raise bad("Stream-Fork-Offset is not an offset of this server")
             offset = START
         else:
             try:
                 offset = decode_offset(off_raw)
             except OffsetError as exc:
-                raise _bad(f"Stream-Fork-Offset: {exc}") from None
+                raise bad(f"Stream-Fork-Offset: {exc}") from None
     sub = 0
     if sub_raw is not None:
         if not SUB_OFFSET.fullmatch(sub_raw):
-            raise _bad("Stream-Fork-Sub-Offset must be a non-negative integer")
+            raise bad("Stream-Fork-Sub-Offset must be a non-negative integer")
         sub = int(sub_raw)
     return ForkRequest(
         src,
@@ -414,12 +375,12 @@ async def _append(request: Request, svc: Services, name: str) -> Response:
     producer = _wire(parse_producer, h)
     close = _closed_flag(request)
     stream_seq = h.get("stream-seq")
-    body = await _body(request)
+    body = await read_append_body(request)
     content_type = h.get("content-type")
     if not body and not close:
-        raise _bad("empty append body (send Stream-Closed: true to close the stream)")
+        raise bad("empty append body (send Stream-Closed: true to close the stream)")
     if body and not content_type:
-        raise _bad("an append needs a Content-Type")
+        raise bad("an append needs a Content-Type")
     entries = (
         _entries(body, content_type or "", _key_header(request), allow_empty_array=False)
         if body
@@ -491,16 +452,16 @@ async def _subresource(
     """A JSON subresource: GET reads it, POST applies a JSON update to it."""
     if request.method == "GET":
         allow(principal, "read", name)
-        _, state = await _capped(svc.streams.lookup(name))
-        body = await _capped(get(state))
+        _, state = await capped(svc.streams.lookup(name))
+        body = await capped(get(state))
     elif request.method == "POST":
         allow(principal, "write", name)
-        raw = await _body(request)
+        raw = await read_append_body(request)
         try:
             parsed = jsoncodec.loads(raw)
         except ValueError:
-            raise _bad(f"the {label} update is not valid JSON") from None
-        body = await _capped(update(name, parsed))
+            raise bad(f"the {label} update is not valid JSON") from None
+        body = await capped(update(name, parsed))
     else:
         allow(principal, "read", name)
         raise HeadwaterError(
@@ -536,44 +497,44 @@ class _View:
 
 def _plan(request: Request, key_from_path: str | None) -> _ReadPlan:
     plan = _ReadPlan()
-    offset = _one_param(request, "offset")
-    live = _one_param(request, "live")
+    offset = one_param(request, "offset")
+    live = one_param(request, "live")
     if live is not None:
         if live in ("true", "long-poll"):
             plan.live = "long-poll"
         elif live == "sse":
             plan.live = "sse"
         elif live != "false":
-            raise _bad("live must be true, long-poll or sse")
-    since = _one_param(request, "since")
+            raise bad("live must be true, long-poll or sse")
+    since = one_param(request, "since")
     if since is not None:
         plan.since = _wire(parse_timestamp, since, "since")
     plan.offset_given = offset is not None
     if offset is None:
         if plan.live is not None and since is None:
-            raise _bad("live reads need an offset")
+            raise bad("live reads need an offset")
     elif offset == "now":
         plan.now = True
     else:
         try:
             decoded = decode_offset(offset)
         except OffsetError as exc:
-            raise _bad(str(exc)) from None
+            raise bad(str(exc)) from None
         plan.after = None if decoded is START else decoded  # type: ignore[assignment]
-    timeout = _one_param(request, "timeout")
+    timeout = one_param(request, "timeout")
     if timeout is not None:
         plan.timeout_ms = _wire(parse_timeout_ms, timeout)
-    fmt = _one_param(request, "format")
+    fmt = one_param(request, "format")
     if fmt is not None and fmt != "json":
-        raise _bad("format must be json")
+        raise bad("format must be json")
     plan.fmt_json = fmt == "json"
-    plan.filter = _one_param(request, "filter")
+    plan.filter = one_param(request, "filter")
     if plan.filter is not None and plan.live == "sse":
-        raise _bad("filter= is not supported with live=sse")
-    key = _one_param(request, "key")
+        raise bad("filter= is not supported with live=sse")
+    key = one_param(request, "key")
     plan.key = key_from_path if key_from_path is not None else key
     if plan.key is not None and (not plan.key or len(plan.key.encode()) > MAX_KEY_BYTES):
-        raise _bad(f"key must be 1..{MAX_KEY_BYTES} bytes")
+        raise bad(f"key must be 1..{MAX_KEY_BYTES} bytes")
     return plan
 
 
@@ -596,7 +557,7 @@ async def _start_seq(
             headers={"Stream-Next-Offset": encode_offset(head.epoch, 0)},
         )
     if off.epoch > head.epoch or off.seq > head.head_seq or off.in_block != 0:
-        raise _bad("offset is beyond the end of the stream")
+        raise bad("offset is beyond the end of the stream")
     return off.seq
 
 
@@ -613,14 +574,14 @@ async def _view(streams: DurableStreams, name: str, state: StreamState, plan: _R
     if not state.registry_key and plan.filter is None:
         return _View()
     if plan.filter is not None and not is_json_type(state.content_type):
-        raise _bad("filter= needs an application/json stream")
+        raise bad("filter= needs an application/json stream")
     reg = await streams.registry(name, state.registry_key)
     pred = None
     if plan.filter is not None:
         try:
             pred = parse_filter(plan.filter, schema.search_fields(reg))
         except FilterError as exc:
-            raise _bad(f"filter: {exc}") from None
+            raise bad(f"filter: {exc}") from None
     return _View(reg, streams.promoter(reg), pred)
 
 
@@ -649,21 +610,21 @@ async def _pruned(svc: Services, head: Head, view: _View, key: str | None) -> _V
 async def _read(request: Request, svc: Services, name: str, key: str | None) -> Response:
     plan = _plan(request, unquote(key) if key is not None else None)
     streams = svc.streams
-    head, state = await _capped(streams.lookup(name))
+    head, state = await capped(streams.lookup(name))
     if plan.fmt_json and not is_json_type(state.content_type):
-        raise _bad("format=json needs an application/json stream")
-    view = await _capped(_view(streams, name, state, plan))
+        raise bad("format=json needs an application/json stream")
+    view = await capped(_view(streams, name, state, plan))
     if plan.live != "sse":
-        view = await _capped(_pruned(svc, head, view, plan.key))
+        view = await capped(_pruned(svc, head, view, plan.key))
     start = await _start_seq(plan, head, state, streams)
     await streams.touch(head, state)
-    cursor = stream_cursor(streams.clock(), _one_param(request, "cursor"))
+    cursor = stream_cursor(streams.clock(), one_param(request, "cursor"))
     if plan.live == "sse":
         return _sse(request, streams, head, state, start, plan.key, cursor, view)
     if plan.live == "long-poll":
-        return await _capped(_long_poll(request, streams, head, state, start, plan, cursor, view))
-    rr, capped = await _capped(_fetch(streams, view, head, start, plan.key))
-    return _page(request, rr.head, state, start, rr, plan, cursor, view, live=False, capped=capped)
+        return await capped(_long_poll(request, streams, head, state, start, plan, cursor, view))
+    rr, cut = await capped(_fetch(streams, view, head, start, plan.key))
+    return _page(request, rr.head, state, start, rr, plan, cursor, view, live=False, capped=cut)
 
 
 def _page(
@@ -729,10 +690,10 @@ async def _long_poll(
     deadline = time.monotonic() + min(plan.timeout_ms, LONG_POLL_CAP_MS) / 1000
     while True:
         if start < head.head_seq:
-            rr, capped = await _fetch(streams, view, head, start, plan.key)
-            if rr.records or state.closed or capped:
+            rr, cut = await _fetch(streams, view, head, start, plan.key)
+            if rr.records or state.closed or cut:
                 return _page(
-                    request, rr.head, state, start, rr, plan, cursor, view, live=True, capped=capped
+                    request, rr.head, state, start, rr, plan, cursor, view, live=True, capped=cut
                 )
             start = rr.next_seq  # only entries of other keys (or filtered out): wait past them
         if state.closed:

@@ -16,6 +16,7 @@ from headwater.durable import aggregate, inspect, search
 from headwater.durable.wire import WireError, etag_matches, is_json_type, parse_timeout_ms
 from headwater.errors import HeadwaterError, InvalidRequest
 from headwater.http.auth import Principal
+from headwater.http.v1_common import allow, capped
 from headwater.index.plan import IndexPlan
 from headwater.index.reader import open_index
 from headwater.services import Services
@@ -57,7 +58,6 @@ async def _json_body(request: Request, label: str) -> object:
 async def route(
     request: Request, svc: Services, principal: Principal, name: str, sub: str
 ) -> Response:
-    from headwater.http.v1 import _capped, allow  # v1 imports this module lazily
 
     method = request.method
     allow(principal, "read", name)  # all of these only read the stream (POSTs included)
@@ -71,23 +71,23 @@ async def route(
     if method not in allowed:
         raise _not_allowed(method, sub)
     streams = svc.streams
-    head, state = await _capped(streams.lookup(name))
-    reg = await _capped(streams.registry(name, state.registry_key))
+    head, state = await capped(streams.lookup(name))
+    reg = await capped(streams.registry(name, state.registry_key))
     if sub in ("_search", "_aggregate") and not is_json_type(state.content_type):
         raise InvalidRequest(f"{sub} needs an application/json stream")
     if sub == "_search":
         raw = await _search_params(request)
         req = search.parse_request(raw, reg, from_query=method == "GET")
         catalogue = svc.index_catalogue
-        index = await _capped(open_index(svc.engine, catalogue, head, reg))
+        index = await capped(open_index(svc.engine, catalogue, head, reg))
         pruner = index.pruner(req.query) if index is not None else None
-        status, body = await _capped(search.run_search(streams, name, head, reg, req, pruner))
+        status, body = await capped(search.run_search(streams, name, head, reg, req, pruner))
         return _json(body, status, search.search_headers(body))
     if sub == "_aggregate":
         rollup = aggregate.parse(await _json_body(request, "_aggregate"), reg)
         catalogue = svc.index_catalogue
-        index = await _capped(open_index(svc.engine, catalogue, head, reg))
-        status, body = await _capped(
+        index = await capped(open_index(svc.engine, catalogue, head, reg))
+        status, body = await capped(
             aggregate.run_aggregate(streams, name, head, reg, rollup, index)
         )
         return _json(body, status, {"Cache-Control": "no-store"})
@@ -102,8 +102,8 @@ async def route(
             limit = int(raw_limit)
         after = _one(request, "after")
         catalogue = svc.index_catalogue
-        index = await _capped(open_index(svc.engine, catalogue, head, reg))
-        body = await _capped(inspect.routing_keys(streams, head, reg, limit, after, index))
+        index = await capped(open_index(svc.engine, catalogue, head, reg))
+        body = await capped(inspect.routing_keys(streams, head, reg, limit, after, index))
         return _json(body, 200, {"Cache-Control": "no-store"})
     return await _conditional(request, svc, name, sub)
 
@@ -180,11 +180,10 @@ def _wait_ms(request: Request) -> int | None:
 
 async def _conditional(request: Request, svc: Services, name: str, sub: str) -> Response:
     """_details and _index_status: ETag, If-None-Match (304) and the conditional long-poll."""
-    from headwater.http.v1 import _capped
 
     wait = _wait_ms(request)
     inm = request.headers.get("if-none-match")
-    head, body = await _capped(_describe(svc, name, sub))
+    head, body = await capped(_describe(svc, name, sub))
     tag = inspect.etag(body)
     if wait is not None and etag_matches(inm, tag):
         deadline = time.monotonic() + wait / 1000
@@ -203,7 +202,7 @@ async def _conditional(request: Request, svc: Services, name: str, sub: str) -> 
                 head, body = await _describe(svc, name, sub)
                 tag = inspect.etag(body)
 
-        await _capped(poll())
+        await capped(poll())
     headers = {"ETag": tag, "Cache-Control": "no-cache"}
     if etag_matches(inm, tag):
         return Response(status_code=304, headers=headers)

@@ -15,13 +15,13 @@ from headwater import jsoncodec
 from headwater.durable import touch
 from headwater.errors import InvalidRequest, NotFound
 from headwater.http.auth import Principal
-from headwater.http.v1 import (
+from headwater.http.v1_common import (
     LONG_POLL_CAP_MS,
     RESOLVER_TIMEOUT_S,
-    _body,
-    _capped,
-    _one_param,
     allow,
+    capped,
+    one_param,
+    read_append_body,
 )
 from headwater.services import Services
 
@@ -37,7 +37,7 @@ async def route(
     allow(principal, "write" if sub == "touch/templates/activate" else "read", name)
     if sub not in _METHODS:
         raise NotFound(f"{sub} is not a touch route")
-    live = await _capped(touch.open_stream(svc.streams, name))
+    live = await capped(touch.open_stream(svc.streams, name))
     if request.method != _METHODS[sub]:
         raise InvalidRequest("unsupported method")
     if sub == "touch/meta":
@@ -57,7 +57,7 @@ def _json(body: dict[str, Any]) -> Response:
 
 
 async def _json_body(request: Request, label: str) -> object:
-    raw = await _body(request)
+    raw = await read_append_body(request)
     try:
         return jsoncodec.loads(raw)
     except ValueError:
@@ -66,10 +66,10 @@ async def _json_body(request: Request, label: str) -> object:
 
 async def _meta(request: Request, svc: Services, live: touch.Live) -> Response:
     """``settle=flush`` answers at once: nothing is buffered, every cursor is settled."""
-    settle = _one_param(request, "settle")
+    settle = one_param(request, "settle")
     if settle is not None and settle != "flush":
         raise InvalidRequest("meta.settle must be 'flush' when provided")
-    timeout = _one_param(request, "timeoutMs")
+    timeout = one_param(request, "timeoutMs")
     if timeout is not None and timeout.strip():
         try:
             ok = math.isfinite(float(timeout))
@@ -86,7 +86,7 @@ async def _wait(
     req = touch.parse_wait(await _json_body(request, "wait"), live.cfg)
     if req.declare:
         allow(principal, "write", name)
-    body = await _capped(
+    body = await capped(
         touch.wait(svc.streams, name, live, req, cap_ms=LONG_POLL_CAP_MS), RESOLVER_TIMEOUT_S
     )
     return _json(body)
@@ -99,4 +99,4 @@ async def _activate(request: Request, svc: Services, name: str, live: touch.Live
     default = (live.cfg.get("templates") or {}).get("defaultInactivityTtlMs", 3_600_000)
     given = body.get("inactivityTtlMs", touch.ABSENT) if isinstance(body, dict) else touch.ABSENT
     ttl = touch.parse_ttl(given, default, "activate.inactivityTtlMs")
-    return _json(await _capped(touch.activate(svc.streams, name, decls, ttl, live)))
+    return _json(await capped(touch.activate(svc.streams, name, decls, ttl, live)))

@@ -19,9 +19,9 @@ from headwater.engine.watch import (
 )
 from headwater.errors import InvalidRequest, NotAcceptable, NotFound, Unauthorized
 from headwater.http.bodies import read_json
+from headwater.http.common import authorize, services
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
-from headwater.http.v0 import authorize, services
 from headwater.http.v0_parse import boolean, query_bool, require_object, require_text, u64
 from headwater.names import validate_topic_name
 from headwater.services import Services

@@ -32,12 +32,12 @@ from typing import Any, Protocol
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import ConnectionGone, WsConnection, WsSubscription
 from headwater.engine.quotas import WS_CONNECTIONS, Quotas
 from headwater.engine.watch import TopicFeed, WatchSpec
 from headwater.errors import HeadwaterError, PayloadTooLarge
 from headwater.http.auth import Principal
 from headwater.http.ws_commands import error_frame, event_frame
-from headwater.storage.ws_connections import ConnectionGone, WsConnection, WsSubscription
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from headwater.engine.ports import Catalogue, Head, SegmentItem
 from headwater.engine.segment import companion_key, decode_segment
 from headwater.index.companion import build_companion, docs_from_records
 from headwater.index.plan import IndexPlan
 from headwater.index.runs import compact_runs
-from headwater.storage.index_catalogue import Catalogue
-from headwater.storage.ports import Head, SegmentItem
 
 
 def build_segment(

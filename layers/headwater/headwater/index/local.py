@@ -16,9 +16,9 @@ from typing import Any
 
 from headwater.durable.state import state_of
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import IndexCatalogueStore
 from headwater.errors import HeadwaterError
 from headwater.index.build import Progress, SegmentLister, index_stream
-from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class LocalIndexer:
         self,
         engine: LogEngine,
         segments: SegmentLister,
-        catalogue: DynamoIndexCatalogue,
+        catalogue: IndexCatalogueStore,
         max_segments: int = 16,
     ) -> None:
         self.engine = engine

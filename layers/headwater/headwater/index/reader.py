@@ -22,14 +22,13 @@ from typing import Any, TypeVar
 from headwater.durable.aggregate import Rollup
 from headwater.durable.filter import FieldSpec, Predicate
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Catalogue, Head, IndexCatalogueStore, SegmentItem
 from headwater.engine.segment import companion_key
 from headwater.errors import StorageUnavailable
 from headwater.index import runs
 from headwater.index.companion import SECTION_ORDER, Companion, CompanionError, SectionNotLoaded
 from headwater.index.plan import IndexPlan
 from headwater.index.runs import LexiconRun, LexiconRunError, runs_touching
-from headwater.storage.index_catalogue import Catalogue, DynamoIndexCatalogue
-from headwater.storage.ports import Head, SegmentItem
 
 CACHE_ENTRIES = 512
 # A companion is first read as its first PREFIX_BYTES: the whole object for most (one GET,
@@ -283,7 +282,7 @@ def read_pruner(
 
 async def open_index(
     engine: LogEngine,
-    catalogue: DynamoIndexCatalogue,
+    catalogue: IndexCatalogueStore,
     head: Head,
     registry: Mapping[str, Any],
     cache: CompanionCache | None = None,

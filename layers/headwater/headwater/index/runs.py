@@ -30,10 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from headwater.engine.ports import Catalogue, Head, SegmentItem
 from headwater.engine.segment import companion_key, lexicon_run_key
 from headwater.index.companion import Companion, CompanionError
-from headwater.storage.index_catalogue import Catalogue
-from headwater.storage.ports import Head, SegmentItem
 
 if TYPE_CHECKING:
     from headwater.index.build import BlobPort, CataloguePort, SegmentLister

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import orjson
 
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Head
 from headwater.engine.records import NewRecord, StoredRecord
 from headwater.engine.values import AppendRequest
 from headwater.errors import TopicNotFound
-from headwater.storage.ports import Head
 
 TOPIC_PREFIX = "~aviso/"
 READ_BYTES = 4 << 20  # payload bytes per engine range read

@@ -34,10 +34,10 @@ from typing import Any
 
 import orjson
 
+from headwater.engine.ports import Head
 from headwater.errors import HeadwaterError
 from headwater.notify.store import NotificationStore, Stored
 from headwater.settings import StreamSettings as StreamSettings  # aviso's names; re-exported
-from headwater.storage.ports import Head
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ many processes create at once, and a failed half never lands."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from headwater.engine.ports import ConfigLimitReached, DashboardConfig
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import (
@@ -28,21 +28,6 @@ from headwater.storage.schema import DASHBOARD
 USER_PREFIX = "u#"
 CONFIG_PREFIX = "c#"
 COUNTER_SK = "#count"
-
-
-@dataclass(frozen=True, slots=True)
-class DashboardConfig:
-    user_id: str
-    config_id: str
-    name: str
-    tickers: tuple[str, ...]
-    created_ms: int
-    updated_ms: int
-    version: int = 1
-
-
-class ConfigLimitReached(Exception):
-    pass
 
 
 def _key(user_id: str, config_id: str) -> dict[str, Any]:

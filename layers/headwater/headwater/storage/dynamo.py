@@ -10,6 +10,18 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from headwater.engine.ports import (
+    AppendCommit,
+    AppendRejected,
+    BlobStore,
+    DeleteCommit,
+    EvictCommit,
+    FrameDelete,
+    FrameSummary,
+    Head,
+    IdemHit,
+    TagEntry,
+)
 from headwater.engine.records import Frame, decode_records
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
@@ -27,18 +39,6 @@ from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
 from headwater.storage.ddb import opt_int_of as _opt_i
 from headwater.storage.ddb import text as _s
-from headwater.storage.ports import (
-    AppendCommit,
-    AppendRejected,
-    BlobStore,
-    DeleteCommit,
-    EvictCommit,
-    FrameDelete,
-    FrameSummary,
-    Head,
-    IdemHit,
-    TagEntry,
-)
 from headwater.storage.schema import HEADS, INDEX, LOG
 
 LIVE_GSI_KEY = "topic"

@@ -16,9 +16,9 @@ condition is recognised as applied, not reported as a lost race."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from headwater.engine.ports import Catalogue
 from headwater.settings import Settings
 from headwater.storage.ddb import call as _call
 from headwater.storage.ddb import conditional, delete_once
@@ -32,20 +32,6 @@ CATALOGUE_SK = "catalogue"
 
 def catalogue_pk(topic: str, epoch: int) -> str:
     return f"c#{topic}#{epoch}"
-
-
-@dataclass(frozen=True, slots=True)
-class Catalogue:
-    """What is indexed: `segments` sealed segments through seq `covered_through`, built for
-    plan `generation`, `bytes` of companions at rest; `updated_ms` when it last moved;
-    `runs` the (first seq, last seq, last segment's object name) of each lexicon run."""
-
-    generation: str
-    covered_through: int = 0
-    segments: int = 0
-    bytes: int = 0
-    updated_ms: int = 0
-    runs: tuple[tuple[int, int, str], ...] = ()
 
 
 def _runs_text(runs: tuple[tuple[int, int, str], ...]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from headwater.engine.ports import CONFLICT, Guard, Head, Lease, LeaseCommit, QueueState
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import (
@@ -32,15 +33,7 @@ from headwater.storage.ddb import (
     new_cid,
     transact,
 )
-from headwater.storage.ports import Guard, Head, Lease, LeaseCommit, QueueState
 from headwater.storage.schema import HEADS, LEASES, LOG
-
-MAX_TXN_ITEMS = 100
-CONFLICT = -1  # a failed position meaning: cancelled by a concurrent write, retry
-
-
-def queue_key(topic: str, epoch: int) -> str:
-    return f"q#{topic}#{epoch}"
 
 
 def _n(v: int) -> dict[str, str]:

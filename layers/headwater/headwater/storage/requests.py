@@ -14,8 +14,7 @@ import threading
 import time
 from typing import Any, Final
 
-from headwater.names import object_key_component
-from headwater.storage.schema import (
+from headwater.engine.ports import (
     COMPANION_SUFFIX,
     INDEX_PREFIX,
     LEXICON_RUN_SUFFIX,
@@ -23,6 +22,7 @@ from headwater.storage.schema import (
     SEGMENT_PREFIX,
     SPILL_PREFIX,
 )
+from headwater.names import object_key_component
 
 ARTIFACTS: Final = ("segments", "indexes", "schema", "wal")
 _PREFIXES: Final = (

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from headwater.engine.ports import RouterItem
 from headwater.settings import Settings
 from headwater.storage.ddb import call, conditional, delete_once, write_once
-from headwater.storage.ports import RouterItem
 from headwater.storage.schema import INDEX
 
 ROUTERS_PK = "routers"

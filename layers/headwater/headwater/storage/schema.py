@@ -144,9 +144,3 @@ TABLES: tuple[Table, ...] = (HEADS, LOG, INDEX, LEASES, SESSIONS, DASHBOARD)
 
 BUCKET_LOGICAL_ID = "DataBucket"
 # S3 key prefixes inside the one bucket.
-SPILL_PREFIX = "spill/"
-SEGMENT_PREFIX = "segments/"
-INDEX_PREFIX = "indexes/"
-REGISTRY_PREFIX = "registries/"  # Durable Streams schema registries, one object per revision
-COMPANION_SUFFIX = ".cix"  # a segment's index companion: its key + this (engine.segment)
-LEXICON_RUN_SUFFIX = ".rkr"  # a routing-key lexicon run ending at a segment (index.runs)

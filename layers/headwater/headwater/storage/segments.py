@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from headwater.engine.ports import Head, SealCommit, SegmentItem
 from headwater.settings import Settings
 from headwater.storage.ddb import CID_ATTR, any_mine, batch_delete, new_cid, transact
 from headwater.storage.ddb import call as _call
@@ -16,7 +17,6 @@ from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
 from headwater.storage.ddb import text as _s
 from headwater.storage.dynamo import segment_pk, segment_sk
-from headwater.storage.ports import Head, SealCommit, SegmentItem
 from headwater.storage.schema import HEADS, INDEX
 
 

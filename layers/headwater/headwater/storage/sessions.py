@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from headwater.engine.ports import WatchSessionItem
 from headwater.settings import Settings
 from headwater.storage.ddb import call, conditional, delete_once
-from headwater.storage.ports import WatchSessionItem
 from headwater.storage.schema import SESSIONS
 
 WATCH_SK = "watch"

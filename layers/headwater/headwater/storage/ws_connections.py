@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,6 +26,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from headwater.engine.ports import ConnectionGone, WsConnection, WsSubscription
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import conditional, delete_once, error_code
@@ -35,36 +35,6 @@ from headwater.storage.schema import INDEX, SESSIONS
 CONNECTION_PK = "wsc#"
 CONNECTION_SK = "conn"
 SUBSCRIPTION_PK = "wss#"
-
-
-@dataclass(frozen=True, slots=True)
-class WsConnection:
-    connection_id: str
-    key_id: str
-    scopes: frozenset[str]
-    prefixes: tuple[str, ...]
-    endpoint: str  # https://<domain>/<stage>: where post_to_connection goes
-    connected_ms: int
-    expires_s: int  # DynamoDB TTL (epoch seconds)
-    topics: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class WsSubscription:
-    topic: str
-    connection_id: str
-    endpoint: str
-    cursor: int
-    epoch: int
-    opts: str  # WatchSpec JSON: node, limit, max_batch_bytes, include_*
-    gen: str  # identity: a resubscribe (or unsubscribe) makes an in-flight delivery stale
-    live: bool
-    fresh: bool
-    expires_s: int
-
-
-class ConnectionGone(Exception):
-    """The client has disconnected (API Gateway's GoneException)."""
 
 
 def _storage_error(exc: ClientError | BotoCoreError) -> StorageUnavailable:

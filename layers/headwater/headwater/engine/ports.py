@@ -1,5 +1,8 @@
-"""Ports: the small typed interfaces the engine depends on. Adapters (dynamo.py, blobs.py)
-implement them over boto3; nothing else in the engine knows about AWS."""
+"""Ports: the small typed interfaces the engine and the surfaces depend on, their value types,
+and the object layout they share. Adapters in headwater.storage (dynamo.py, blobs.py, ...)
+implement them over boto3 and import nothing of the engine but this module and its record
+codec (engine.records); nothing above storage knows about AWS (checked by `make lint`:
+the import contracts in .importlinter)."""
 
 from __future__ import annotations
 
@@ -377,3 +380,114 @@ class LeaseStore(Protocol):
     ) -> set[int]: ...
     def complete(self, c: LeaseCommit) -> set[int]: ...
     def clear(self, qkey: str) -> int: ...
+
+
+# --------------------------------------------------------------------------- object layout
+# S3 key prefixes of what the engine and the surfaces write (storage/requests.py classifies
+# requests by them; storage/bootstrap.py's lifecycle rules use them).
+SPILL_PREFIX = "spill/"
+SEGMENT_PREFIX = "segments/"
+INDEX_PREFIX = "indexes/"
+REGISTRY_PREFIX = "registries/"  # Durable Streams schema registries, one object per revision
+COMPANION_SUFFIX = ".cix"  # a segment's index companion: its key + this (engine.segment)
+LEXICON_RUN_SUFFIX = ".rkr"  # a routing-key lexicon run ending at a segment (index.runs)
+
+
+# --------------------------------------------------------------------------- leases
+MAX_TXN_ITEMS = 100
+CONFLICT = -1  # a failed position meaning: cancelled by a concurrent write, retry
+
+
+def queue_key(topic: str, epoch: int) -> str:
+    return f"q#{topic}#{epoch}"
+
+
+# --------------------------------------------------------------------------- index catalogue
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    """What is indexed: `segments` sealed segments through seq `covered_through`, built for
+    plan `generation`, `bytes` of companions at rest; `updated_ms` when it last moved;
+    `runs` the (first seq, last seq, last segment's object name) of each lexicon run."""
+
+    generation: str
+    covered_through: int = 0
+    segments: int = 0
+    bytes: int = 0
+    updated_ms: int = 0
+    runs: tuple[tuple[int, int, str], ...] = ()
+
+
+class IndexCatalogueStore(Protocol):
+    """The per-stream index catalogue (storage/index_catalogue.py): coverage moves by a
+    conditional write from exactly what the writer read."""
+
+    def get(self, topic: str, epoch: int) -> Catalogue | None: ...
+    def publish(
+        self, topic: str, epoch: int, expected: Catalogue | None, new: Catalogue
+    ) -> bool: ...
+    def delete(self, topic: str, epoch: int) -> None: ...
+
+
+# --------------------------------------------------------------------------- dashboard configs
+@dataclass(frozen=True, slots=True)
+class DashboardConfig:
+    user_id: str
+    config_id: str
+    name: str
+    tickers: tuple[str, ...]
+    created_ms: int
+    updated_ms: int
+    version: int = 1
+
+
+class ConfigLimitReached(Exception):
+    pass
+
+
+class DashboardConfigStore(Protocol):
+    """Saved dashboard configs per user (storage/dashboard_configs.py)."""
+
+    def create(self, cfg: DashboardConfig, max_per_user: int) -> None: ...
+    def get(self, user_id: str, config_id: str) -> DashboardConfig | None: ...
+    def get_many(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], DashboardConfig]: ...
+    def list(self, user_id: str) -> list[DashboardConfig]: ...
+    def update(
+        self,
+        user_id: str,
+        config_id: str,
+        name: str | None,
+        tickers: tuple[str, ...] | None,
+        now_ms: int,
+    ) -> DashboardConfig | None: ...
+    def delete(self, user_id: str, config_id: str) -> bool: ...
+
+
+# --------------------------------------------------------------------------- WebSocket gateway
+@dataclass(frozen=True, slots=True)
+class WsConnection:
+    connection_id: str
+    key_id: str
+    scopes: frozenset[str]
+    prefixes: tuple[str, ...]
+    endpoint: str  # https://<domain>/<stage>: where post_to_connection goes
+    connected_ms: int
+    expires_s: int  # DynamoDB TTL (epoch seconds)
+    topics: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class WsSubscription:
+    topic: str
+    connection_id: str
+    endpoint: str
+    cursor: int
+    epoch: int
+    opts: str  # WatchSpec JSON: node, limit, max_batch_bytes, include_*
+    gen: str  # identity: a resubscribe (or unsubscribe) makes an in-flight delivery stale
+    live: bool
+    fresh: bool
+    expires_s: int
+
+
+class ConnectionGone(Exception):
+    """The client has disconnected (API Gateway's GoneException)."""

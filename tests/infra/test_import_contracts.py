@@ -1,0 +1,46 @@
+"""The layering (http -> surfaces -> engine -> engine.ports <- storage) holds: `lint-imports`
+(import-linter, .importlinter) keeps every contract, and breaks one when a storage adapter
+reaches into the engine's internals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(package_root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    return subprocess.run(
+        [str(LINT), "--no-cache", "--config", str(REPO / ".importlinter")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_import_contract_is_kept() -> None:
+    out = _lint(REPO / "layers" / "headwater")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_a_storage_adapter_importing_the_engine_breaks_a_contract(tmp_path: Path) -> None:
+    copy = tmp_path / "headwater"
+    shutil.copytree(
+        REPO / "layers" / "headwater" / "headwater",
+        copy,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    blobs = copy / "storage" / "blobs.py"
+    blobs.write_text(blobs.read_text() + "\nfrom headwater.engine import log  # noqa\n")
+    out = _lint(tmp_path)
+    assert out.returncode != 0
+    assert "headwater.storage.blobs -> headwater.engine.log" in out.stdout, out.stdout[-3000:]

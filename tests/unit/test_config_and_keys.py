@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from headwater.engine.config import DEFAULTS, resolve, validate_config_patch
+from headwater.engine.config import DEFAULTS, TopicConfig, resolve, validate_config_patch
+from headwater.engine.ports import Head
 from headwater.errors import ConfigurationError, Forbidden, InvalidRequest, Unauthorized
 from headwater.http.auth import ALL_SCOPES, KeyStore
 from headwater.settings import Settings
@@ -144,3 +147,23 @@ def test_spill_threshold_cannot_exceed_an_item() -> None:
     assert Settings.from_env({}).spill_threshold_bytes <= MAX_INLINE_FRAME_BYTES
     with pytest.raises(ConfigurationError):
         Settings.from_env({"HEADWATER_SPILL_THRESHOLD_BYTES": str(MAX_INLINE_FRAME_BYTES + 1)})
+
+
+def test_topic_config_is_the_resolved_dict_typed_and_decoded_once_per_head() -> None:
+    # GIVEN the defaults WHEN decoded THEN every field equals DEFAULTS' (same names, values)
+    assert dataclasses.asdict(TopicConfig.of(resolve({}))) == DEFAULTS
+    assert TopicConfig.of({}) == TopicConfig()
+    # a resolved patch reads back typed; an older stored config missing fields gets defaults
+    cfg = resolve(validate_config_patch({"type": "queue", "cap_records": 5, "discard": "reject"}))
+    t = TopicConfig.of(cfg)
+    assert t.is_queue and t.cap_records == 5 and t.rejects_over_cap
+    assert t.over_cap(6, 0) and not t.over_cap(5, 10**9)
+    old = TopicConfig.of({"type": "log", "ttl_ms": 9, "not_a_field": 1})
+    assert old.ttl_ms == 9 and old.lease_ms == 30_000 and old.durability == "disk"
+    assert not TopicConfig.of({"discard": "reject"}).rejects_over_cap  # no cap: nothing to reject
+    # Head.cfg is decoded from Head.config when the head is made, and follows replace()
+    head = Head("t", 1, config=cfg)
+    assert head.cfg == t
+    moved = dataclasses.replace(head, config=resolve({"ttl_ms": 5}))
+    assert moved.cfg.ttl_ms == 5 and not moved.cfg.is_queue
+    assert Head("t", 1).cfg == TopicConfig()

@@ -66,8 +66,8 @@ def test_durability_classes_and_queues_map_onto_the_tiering() -> None:
     assert is_tiered(head()) and is_tiered(head(durability="fsync"))
     assert not is_tiered(head(durability="memory")) and not is_tiered(head(durability="ephemeral"))
     assert not is_tiered(head(type="queue"))
-    assert retention_ms(head().config, t) == 0
-    assert retention_ms(head(ttl_ms=5000).config, t) == 5000
-    assert retention_ms(head(durability="ephemeral").config, t) == 300
-    assert retention_ms(head(durability="memory", ttl_ms=5000).config, t) == 5000
-    assert retention_ms(head(durability="memory", ttl_ms=50_000).config, t) == 9000
+    assert retention_ms(head().cfg, t) == 0
+    assert retention_ms(head(ttl_ms=5000).cfg, t) == 5000
+    assert retention_ms(head(durability="ephemeral").cfg, t) == 300
+    assert retention_ms(head(durability="memory", ttl_ms=5000).cfg, t) == 5000
+    assert retention_ms(head(durability="memory", ttl_ms=50_000).cfg, t) == 9000

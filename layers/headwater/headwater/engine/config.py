@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Final
 
 from headwater.errors import InvalidRequest
 from headwater.names import is_valid_topic_name
@@ -28,6 +30,57 @@ DEFAULTS: dict[str, Any] = {
     "dead_letter": None,
     "leases_durable": False,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A topic's resolved config as a typed value, decoded once per head (``Head.cfg``) from
+    the stored dict (``Head.config``, what the API shows and what storage keeps). Fields and
+    defaults are exactly DEFAULTS'; a stored config missing a field (written by an older
+    version) gets its default; keys that are not config fields are ignored here."""
+
+    type: str = "log"
+    ttl_ms: int = 0
+    cap_records: int = 0
+    cap_bytes: int = 0
+    discard: str = "old"
+    durable: bool = False
+    durability: str = "disk"
+    priority: int | None = None
+    auto_priority: bool = True
+    auto_create: bool = True
+    idempotency_window_ms: int = 120_000
+    dedupe_node: bool = True
+    lease_ms: int = 30_000
+    claim_jitter_ms: int = 0
+    max_deliveries: int = 0
+    dead_letter: str | None = None
+    leases_durable: bool = False
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> TopicConfig:
+        if not raw:
+            return _DEFAULT_CONFIG
+        return cls(**{k: raw[k] for k in _FIELDS if k in raw})
+
+    @property
+    def is_queue(self) -> bool:
+        return self.type == "queue"
+
+    @property
+    def rejects_over_cap(self) -> bool:
+        """discard:"reject" with a cap: appends that would pass a cap are refused."""
+        return self.discard == "reject" and (self.cap_records > 0 or self.cap_bytes > 0)
+
+    def over_cap(self, count: int, nbytes: int) -> bool:
+        """`count` records of `nbytes` pass a cap (whatever discard says)."""
+        return (self.cap_records > 0 and count > self.cap_records) or (
+            self.cap_bytes > 0 and nbytes > self.cap_bytes
+        )
+
+
+_FIELDS: Final = tuple(f.name for f in fields(TopicConfig))
+_DEFAULT_CONFIG: Final = TopicConfig()
 
 _U64_MAX = (1 << 64) - 1
 _UINT_FIELDS = (

@@ -220,9 +220,11 @@ class LogEngine:
 
     # --- topics -------------------------------------------------------------------------
     async def put_topic(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
-        return await self._io(self._put_topic_sync, topic, patch)
+        return await self._io(self.put_topic_sync, topic, patch)
 
-    def _put_topic_sync(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
+    def put_topic_sync(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
+        """Create the topic with `patch` or merge `patch` into its config, on the calling
+        thread (a router creates its destination from the forwarder's worker): (head, created)."""
         for _ in range(MAX_ATTEMPTS):
             head = self.heads.get(topic)
             if head is None or head.deleted:
@@ -230,9 +232,9 @@ class LogEngine:
                 if self._create_head(new, head):
                     return new, True
                 continue
-            if "type" in patch and patch["type"] != head.config.get("type", "log"):
+            if "type" in patch and patch["type"] != head.cfg.type:
                 raise TopicExistsIncompatible(
-                    f"topic {topic!r} is a {head.config.get('type', 'log')}; type is immutable",
+                    f"topic {topic!r} is a {head.cfg.type}; type is immutable",
                     detail={"topic": topic, "field": "type"},
                 )
             merged = topic_config.resolve(patch, base=head.config)
@@ -559,20 +561,20 @@ class LogEngine:
             if not live:
                 return None
             creator = live[0]
-            cfg = topic_config.resolve(reqs[creator].config or {})
-            base = self._fresh_head(topic, head, cfg, reqs[creator].base_seq)
+            fresh = topic_config.resolve(reqs[creator].config or {})
+            base = self._fresh_head(topic, head, fresh, reqs[creator].base_seq)
         else:
             assert head is not None
             base = head
-        cfg = base.config
+        cfg = base.cfg
 
         # discard:"reject" caps: admit requests in order while they fit, reject the rest.
-        cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
-        reject = cfg.get("discard") == "reject" and (cap_n > 0 or cap_b > 0)
+        cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
+        reject = cfg.rejects_over_cap
         count, nbytes = base.count, base.bytes
         admitted: list[int] = []
         seen_keys: dict[str, int] = {}
-        window = int(cfg.get("idempotency_window_ms", 120_000))
+        window = cfg.idempotency_window_ms
         ext = base.ext
         guarded = False
         provisional: list[int] = []  # settled by a guard in this attempt: redo on a retry
@@ -685,11 +687,11 @@ class LogEngine:
         hints = [h for i in admitted if (h := reqs[i].ts_hint) is not None]
         now = max(hints) if len(hints) == len(admitted) else self.clock()
         now = max(now, base.last_write_ts or 0)
-        cfg = base.config
+        cfg = base.cfg
         epoch = base.epoch
-        window = int(cfg.get("idempotency_window_ms", 120_000))
-        cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
-        reject = cfg.get("discard") == "reject" and (cap_n > 0 or cap_b > 0)
+        window = cfg.idempotency_window_ms
+        cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
+        reject = cfg.rejects_over_cap
         first = base.head_seq + 1
         seq = first
         records: list[NewRecord] = []
@@ -833,7 +835,7 @@ class LogEngine:
                 log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
         return None, True
 
-    def _frame_expiry_s(self, cfg: dict[str, Any], now: int) -> int | None:
+    def _frame_expiry_s(self, cfg: topic_config.TopicConfig, now: int) -> int | None:
         """Frames of the lossy classes carry a DynamoDB TTL well past their retention: the
         sweep reclaims them first (keeping the counters exact); DynamoDB's TTL is the
         backstop for a deployment whose sweep never runs."""
@@ -918,7 +920,7 @@ class LogEngine:
 
     def _horizon(self, head: Head) -> int | None:
         """Records with $ts below this are expired (None: the topic has no TTL)."""
-        ttl = retention_ms(head.config, self.settings.tiering)
+        ttl = retention_ms(head.cfg, self.settings.tiering)
         return self.clock() - ttl if ttl > 0 else None
 
     def _diff_head(self, head: Head, req: DiffRequest) -> DiffResult:
@@ -948,7 +950,7 @@ class LogEngine:
         if start >= head.head_seq:
             view = self._tombstoned(head, tomb, reasons, req.from_seq, missed, head.earliest_seq)
             return DiffResult([], max(start, head.head_seq), head, 0, view)
-        frames = self._frames_after(head, start, req.limit, req.max_bytes)
+        frames = self.frames_after(head, start, req.limit, req.max_bytes)
         floor = head.earliest_seq
         horizon = self._horizon(head)
         if horizon is not None and self._expired_prefix(head, frames, start, horizon):
@@ -957,7 +959,7 @@ class LogEngine:
             missed += skipped
             start = floor - 1
             frames = (
-                self._frames_after(head, start, req.limit, req.max_bytes)
+                self.frames_after(head, start, req.limit, req.max_bytes)
                 if start < head.head_seq
                 else []
             )
@@ -1068,9 +1070,7 @@ class LogEngine:
     ) -> DiffResult:
         # Compare stored JSON literals: no per-record decoding on the read path.
         nodes = (
-            frozenset(json_literal(n) for n in req.nodes)
-            if head.config.get("dedupe_node", True)
-            else frozenset()
+            frozenset(json_literal(n) for n in req.nodes) if head.cfg.dedupe_node else frozenset()
         )
         horizon = self._horizon(head)
         expired_before = horizon if horizon is not None else 0
@@ -1108,7 +1108,7 @@ class LogEngine:
             last_examined = frames[-1].last_seq  # the rest of the last frame was a seq gap
         return DiffResult(out, last_examined, head, scanned)
 
-    def _frames_after(self, head: Head, start: int, want: int, max_bytes: int = 0) -> list[Frame]:
+    def frames_after(self, head: Head, start: int, want: int, max_bytes: int = 0) -> list[Frame]:
         """Frames (sealed blocks, then tail frames) holding the records after `start`: at
         least `want` records' worth, or `max_bytes` payload bytes (0: no byte budget),
         unless the log ends first."""
@@ -1218,7 +1218,7 @@ class LogEngine:
         out = _pick(frames, wanted[:cut])
         i = cut
         while i < len(wanted):  # the unsealed tail: a run of frames from the cache or table
-            frames = self._frames_after(head, wanted[i] - 1, 1)
+            frames = self.frames_after(head, wanted[i] - 1, 1)
             if not frames or frames[-1].last_seq < wanted[i]:
                 break
             run = [q for q in wanted[i:] if q <= frames[-1].last_seq]
@@ -1234,7 +1234,7 @@ class LogEngine:
             return RangeRead(head, [], max(after, head.head_seq), 0)
         # A key-filtered read examines up to 64x its page before answering with what it has.
         want = limit if tag_json is None else limit * 64
-        frames = self._frames_after(head, start, want, max_bytes if tag_json is None else 0)
+        frames = self.frames_after(head, start, want, max_bytes if tag_json is None else 0)
         out: list[StoredRecord] = []
         budget = max_bytes
         scanned = 0
@@ -1391,8 +1391,8 @@ class LogEngine:
     def _delete_prefix(self, head: Head, upper: int) -> tuple[int, Head] | None:
         if upper <= head.earliest_seq:
             return 0, head
-        count, nbytes = self._live_between(head, head.earliest_seq, upper)
-        new_es = self._first_live(head, upper)
+        count, nbytes = self.live_between(head, head.earliest_seq, upper)
+        new_es = self.first_live(head, upper)
         ok = self.tail.commit_delete(
             DeleteCommit(
                 head.topic,
@@ -1407,7 +1407,7 @@ class LogEngine:
         )
         if not ok:
             return None
-        return count, self._after_delete(head, count, nbytes, new_es)
+        return count, self.after_delete(head, count, nbytes, new_es)
 
     def _records_between(
         self, head: Head, lo: int, hi: int
@@ -1415,7 +1415,7 @@ class LogEngine:
         """Every stored record with lo <= seq < hi (deleted ones too), with its frame."""
         after = lo - 1
         while after < hi - 1:
-            frames = self._frames_after(head, after, min(hi - 1 - after, 8192))
+            frames = self.frames_after(head, after, min(hi - 1 - after, 8192))
             moved = after
             for f in frames:
                 if f.last_seq <= after:
@@ -1428,7 +1428,7 @@ class LogEngine:
                 return
             after = moved
 
-    def _live_between(self, head: Head, lo: int, hi: int) -> tuple[int, int]:
+    def live_between(self, head: Head, lo: int, hi: int) -> tuple[int, int]:
         """Count and bytes of the live records with lo <= seq < hi. Whole segments count from
         their item's counters; the rest is read."""
         count = nbytes = 0
@@ -1517,8 +1517,8 @@ class LogEngine:
             )
             if not ok:
                 return None if i == 0 else (sum(len(d.seqs) for _, d in deletes[:i]), cur)
-            cur = self._after_delete(cur, c_n, c_b, None)
-        new_es = self._first_live(cur, cur.earliest_seq)
+            cur = self.after_delete(cur, c_n, c_b, None)
+        new_es = self.first_live(cur, cur.earliest_seq)
         if new_es != cur.earliest_seq:
             while not self.tail.commit_delete(
                 DeleteCommit(
@@ -1536,7 +1536,7 @@ class LogEngine:
                 if fresh_head is None or fresh_head.deleted:
                     break
                 cur = fresh_head
-                new_es = self._first_live(cur, cur.earliest_seq)
+                new_es = self.first_live(cur, cur.earliest_seq)
             cur = dataclasses.replace(cur, earliest_seq=new_es, del_ver=cur.del_ver + 1)
         return count, cur
 
@@ -1583,7 +1583,7 @@ class LogEngine:
         if head is None or head.deleted:
             return
         try:
-            floor = self._first_live(head, head.earliest_seq)
+            floor = self.first_live(head, head.earliest_seq)
         except StaleHead:
             return
         if floor > head.earliest_seq and self.tail.commit_delete(
@@ -1605,7 +1605,7 @@ class LogEngine:
         self.known.forget(topic)
         self._head_cache.pop(topic, None)
 
-    def _first_live(self, head: Head, start: int) -> int:
+    def first_live(self, head: Head, start: int) -> int:
         """First seq >= start that is not deleted (head_seq + 1 if none)."""
         for rec, frame in self._records_between(head, start, head.head_seq + 1):
             if rec.seq not in frame.deleted:
@@ -1613,7 +1613,8 @@ class LogEngine:
         return head.head_seq + 1
 
     @staticmethod
-    def _after_delete(head: Head, count: int, nbytes: int, new_es: int | None) -> Head:
+    def after_delete(head: Head, count: int, nbytes: int, new_es: int | None) -> Head:
+        """The head as a delete of `count` records (`nbytes`) leaves it (a queue's acks)."""
         return dataclasses.replace(
             head,
             count=head.count - count,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from headwater.engine.config import TopicConfig
 from headwater.engine.records import Frame
 
 
@@ -45,6 +46,11 @@ class Head:
     # content type, expiry, closure, Stream-Seq and producer epochs). Changed only together
     # with an append (AppendCommit.ext_*) or alone, conditionally (HeadStore.put_ext).
     ext: str = ""
+    # `config` decoded once (engine.config.TopicConfig): what the engine reads
+    cfg: TopicConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cfg", TopicConfig.of(self.config))
 
     @property
     def log_key(self) -> str:

@@ -210,7 +210,7 @@ class QueueEngine:
         head = self.log.heads.get(topic)
         if head is None or head.deleted:
             raise TopicNotFound(topic)
-        if head.config.get("type", "log") != "queue":
+        if not head.cfg.is_queue:
             raise NotAQueue(
                 f"topic {topic!r} is not a queue (create it with type: queue)",
                 detail={"topic": topic},
@@ -241,7 +241,7 @@ class QueueEngine:
         if not frame.first_seq <= seq <= frame.last_seq:
             return None
         rec = frame.records[seq - frame.first_seq]
-        ttl = int(head.config.get("ttl_ms", 0))
+        ttl = head.cfg.ttl_ms
         if ttl > 0 and rec.ts < now - ttl:
             return None
         return rec
@@ -275,12 +275,12 @@ class QueueEngine:
                 jitter = self._jitter.get(topic)
                 if jitter is None:
                     try:
-                        head = await self.log._io(self._queue_head, topic)
+                        head = await self.log.run_io(self._queue_head, topic)
                     except Exception as exc:
                         self._fail(coord.waiting, exc)
                         coord.waiting = []
                         continue
-                    jitter = self._jitter[topic] = int(head.config.get("claim_jitter_ms", 0))
+                    jitter = self._jitter[topic] = head.cfg.claim_jitter_ms
                 jitter_ms = jitter
                 if jitter_ms > 0:
                     # The coalescing window: everyone arriving in it joins this cohort.
@@ -334,11 +334,11 @@ class QueueEngine:
                 break  # (a first pass runs even for max 0: it reports `ready`)
             self.passes += 1
             excluded.update(j.seq for c in cohort for j in c.jobs)
-            plan = await self.log._io(
+            plan = await self.log.run_io(
                 self._plan, topic, cohort, wants, share, no_dead_letter, excluded
             )
             ready = plan.ready
-            self._jitter[topic] = int(plan.head.config.get("claim_jitter_ms", 0))
+            self._jitter[topic] = plan.head.cfg.claim_jitter_ms
             for lease, rec in plan.dead:
                 try:
                     if not await self._dead_letter(plan, lease, rec):
@@ -349,7 +349,7 @@ class QueueEngine:
                     log.warning("dead-lettering %s/%d failed: %s", topic, lease.seq, exc.message)
                     excluded.add(lease.seq)
             if plan.orphans:
-                await self.log._io(
+                await self.log.run_io(
                     self._finish,
                     plan.head,
                     plan.qkey,
@@ -359,7 +359,7 @@ class QueueEngine:
                     ],
                     False,
                 )
-            conflicted = await self.log._io(self._commit, plan, cohort)
+            conflicted = await self.log.run_io(self._commit, plan, cohort)
             if not conflicted and not plan.more:
                 break
             # Jobs granted early in a long pass lose lease time until the response goes out:
@@ -384,9 +384,9 @@ class QueueEngine:
         qkey = queue_key(topic, head.epoch)
         now = self.log.clock()
         state = self.store.load(qkey, now)  # the queue item and the claimable leases
-        cfg = head.config
-        max_deliveries = int(cfg.get("max_deliveries", 0))
-        dead_letter = cfg.get("dead_letter") if max_deliveries > 0 else None
+        cfg = head.cfg
+        max_deliveries = cfg.max_deliveries
+        dead_letter = cfg.dead_letter if max_deliveries > 0 else None
         total = sum(wants)
 
         # The reclaim freelist first: expired and released leases, by seq.
@@ -423,7 +423,7 @@ class QueueEngine:
         examined = 0
         if need > 0 and state.cursor < head.head_seq:
             start = max(state.cursor, head.earliest_seq - 1)
-            frames = self.log._frames_after(head, start, need)
+            frames = self.log.frames_after(head, start, need)
             last = state.cursor
             for frame in frames:
                 for rec in frame.records:
@@ -454,9 +454,7 @@ class QueueEngine:
         pos = 0
         for i, n in enumerate(shares):
             c = cohort[i]
-            lease_ms = clamp_lease_ms(
-                c.lease_ms if c.lease_ms is not None else int(cfg.get("lease_ms", 30_000))
-            )
+            lease_ms = clamp_lease_ms(c.lease_ms if c.lease_ms is not None else cfg.lease_ms)
             for old, rec, frame_last in pool[pos : pos + n]:
                 lease = Lease(
                     seq=rec.seq,
@@ -477,7 +475,7 @@ class QueueEngine:
         taken = len(picked) + len(dead) + len(orphans)
         fresh_left = max(0, min(head.count - state.outstanding, head.head_seq - state.cursor))
         ready = max(0, before.ready - taken - min(fresh_left, examined))
-        default_ms = int(cfg.get("lease_ms", 30_000))
+        default_ms = cfg.lease_ms
         min_lease = min(
             clamp_lease_ms(c.lease_ms if c.lease_ms is not None else default_ms) for c in cohort
         )
@@ -543,9 +541,9 @@ class QueueEngine:
             due=self.log.clock() + DEAD_LETTER_FENCE_MS,
         )
         seen = Guard(lease_id=lease.lease_id, due=lease.due)
-        if await self.log._io(self.store.claim, plan.qkey, None, [], [(fence, seen)]):
+        if await self.log.run_io(self.store.claim, plan.qkey, None, [], [(fence, seen)]):
             return True  # the lease changed under us: whoever changed it owns the job now
-        dest = str(head.config["dead_letter"])
+        dest = str(head.cfg.dead_letter)
         meta = jsoncodec.loads(rec.meta_raw) if rec.meta_raw is not None else {}
         if not isinstance(meta, dict):
             meta = {}
@@ -575,9 +573,9 @@ class QueueEngine:
             log.warning("dead_letter topic %r absent and not auto-creatable", dest)
             # Give the job back as it was (claimable), for this pass to deliver instead.
             back = [(lease.seq, Guard(lease_id=fence.lease_id, node=DEAD_LETTER_HOLDER), 0, None)]
-            await self.log._io(self.store.update, plan.qkey, back)
+            await self.log.run_io(self.store.update, plan.qkey, back)
             return False
-        await self.log._io(
+        await self.log.run_io(
             self._finish,
             head,
             plan.qkey,
@@ -659,7 +657,7 @@ class QueueEngine:
     def _after(self, head: Head, records: list[tuple[int, int, int]]) -> Head:
         freed = sum(size for _, _, size in records)
         self.log.quota_release(TOTAL_BYTES, freed)
-        return self.log._after_delete(head, len(records), freed, None)
+        return self.log.after_delete(head, len(records), freed, None)
 
     def _held(
         self,
@@ -695,7 +693,7 @@ class QueueEngine:
     async def ack(
         self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
     ) -> LeaseOpResult:
-        result, floor = await self.log._io(self._ack_sync, topic, node, seqs, lease_ids)
+        result, floor = await self.log.run_io(self._ack_sync, topic, node, seqs, lease_ids)
         self.log.notifier.notify(topic)
         now = time.monotonic()
         if floor and now - self._floor_moved.get(topic, 0.0) >= FLOOR_INTERVAL_S:
@@ -729,7 +727,7 @@ class QueueEngine:
         ms: int,
     ) -> LeaseOpResult:
         """nack (release=True: claimable again after `ms`) or extend (deadline now + `ms`)."""
-        result = await self.log._io(self._retime_sync, topic, node, seqs, lease_ids, release, ms)
+        result = await self.log.run_io(self._retime_sync, topic, node, seqs, lease_ids, release, ms)
         if release:
             self.log.notifier.notify(topic)
         return result
@@ -786,17 +784,17 @@ class QueueEngine:
     # --- state --------------------------------------------------------------------------
     async def check(self, topic: str) -> Head:
         """The queue's head: 404 topic_not_found, or 409 not_a_queue for a log topic."""
-        return await self.log._io(self._queue_head, topic)
+        return await self.log.run_io(self._queue_head, topic)
 
     async def counters(self, head: Head) -> Counters:
         now = self.log.clock()
-        state = await self.log._io(self.store.load, queue_key(head.topic, head.epoch), now)
+        state = await self.log.run_io(self.store.load, queue_key(head.topic, head.epoch), now)
         return counters(head, state, now)
 
     async def reconcile(self, topic: str) -> int:
         """After a §5 record delete on a queue: end the leases whose job was deleted, so the
         counters stay exact and nobody holds a job that no longer exists. Returns how many."""
-        return await self.log._io(self._reconcile_sync, topic)
+        return await self.log.run_io(self._reconcile_sync, topic)
 
     def _reconcile_sync(self, topic: str) -> int:
         head = self._queue_head(topic)
@@ -819,7 +817,7 @@ class QueueEngine:
     async def forget(self, head: Head) -> None:
         """Drop a deleted queue instance's lease items (best effort)."""
         try:
-            await self.log._io(self.store.clear, queue_key(head.topic, head.epoch))
+            await self.log.run_io(self.store.clear, queue_key(head.topic, head.epoch))
         except HeadwaterError:
             log.warning("leases of deleted queue %s left behind", head.topic, exc_info=True)
 
@@ -853,7 +851,7 @@ class QueueEngine:
                     last_frame = time.monotonic()
                     yield None
                 if held:
-                    held = await self.log._io(self._still_held, topic, node, held)
+                    held = await self.log.run_io(self._still_held, topic, node, held)
         finally:
             hub.unwatch(topic)
             if held:

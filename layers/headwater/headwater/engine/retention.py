@@ -5,8 +5,8 @@ and which reason a tombstone carries."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
+from headwater.engine.config import TopicConfig
 from headwater.engine.ports import Head
 from headwater.settings import Tiering
 
@@ -17,13 +17,12 @@ MAX_EVICTION_RUNS = 32
 def is_tiered(head: Head) -> bool:
     """Sealed into S3 segments: logs of the durable classes. Queues keep their jobs in the
     tail (acks delete them); ephemeral and memory topics never leave DynamoDB."""
-    cfg = head.config
-    return cfg.get("type", "log") == "log" and cfg.get("durability") not in LOSSY_CLASSES
+    return head.cfg.type == "log" and head.cfg.durability not in LOSSY_CLASSES
 
 
-def class_window_ms(cfg: dict[str, Any], tiering: Tiering) -> int:
+def class_window_ms(cfg: TopicConfig, tiering: Tiering) -> int:
     """How long the lossy durability classes keep a record (0: no limit)."""
-    durability = cfg.get("durability")
+    durability = cfg.durability
     if durability == "ephemeral":
         return tiering.ephemeral_retention_ms
     if durability == "memory":
@@ -31,9 +30,9 @@ def class_window_ms(cfg: dict[str, Any], tiering: Tiering) -> int:
     return 0
 
 
-def retention_ms(cfg: dict[str, Any], tiering: Tiering) -> int:
+def retention_ms(cfg: TopicConfig, tiering: Tiering) -> int:
     """The effective TTL: the topic's ttl_ms, bounded by its durability class (0: none)."""
-    ttl = int(cfg.get("ttl_ms", 0) or 0)
+    ttl = cfg.ttl_ms or 0
     window = class_window_ms(cfg, tiering)
     if ttl and window:
         return min(ttl, window)
@@ -41,11 +40,7 @@ def retention_ms(cfg: dict[str, Any], tiering: Tiering) -> int:
 
 
 def over_cap(head: Head) -> bool:
-    cfg = head.config
-    if cfg.get("discard", "old") != "old":
-        return False
-    cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
-    return (cap_n > 0 and head.count > cap_n) or (cap_b > 0 and head.bytes > cap_b)
+    return head.cfg.discard == "old" and head.cfg.over_cap(head.count, head.bytes)
 
 
 def seal_due(head: Head, tiering: Tiering) -> bool:

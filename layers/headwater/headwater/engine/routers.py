@@ -143,7 +143,7 @@ class RouterEngine:
 
     # --- definitions --------------------------------------------------------------------
     async def put(self, item: RouterItem) -> tuple[RouterItem, bool]:
-        result = await self.log._io(self._put_sync, item)
+        result = await self.log.run_io(self._put_sync, item)
         if self._changed is not None:
             self._changed.set()  # an idle forwarder picks the new router up at once
         return result
@@ -191,7 +191,7 @@ class RouterEngine:
         self, item: RouterItem, old: RouterItem | None, src: Head, dst: Head | None
     ) -> tuple[RouterItem, bool]:
         if dst is None or dst.deleted:
-            self.log._put_topic_sync(item.dest, {})
+            self.log.put_topic_sync(item.dest, {})
         if old is not None and old.source == item.source:
             keep = dataclasses.replace(item, cursor=old.cursor, forwarded_total=old.forwarded_total)
             if _definition_equal(old, item):
@@ -206,13 +206,13 @@ class RouterEngine:
         return fresh, old is None
 
     async def get(self, name: str) -> RouterItem:
-        item = await self.log._io(self.store.get, name)
+        item = await self.log.run_io(self.store.get, name)
         if item is None:
             raise RouterNotFound(f"router {name!r} does not exist", detail={"router": name})
         return item
 
     async def list_all(self) -> list[RouterItem]:
-        return await self.log._io(self.store.list_all)
+        return await self.log.run_io(self.store.list_all)
 
     async def delete(self, name: str) -> bool:
         def run() -> bool:
@@ -221,7 +221,7 @@ class RouterEngine:
                 self.log.quota_release(ROUTERS, 1)
             return deleted
 
-        return await self.log._io(run)
+        return await self.log.run_io(run)
 
     async def remove_for_topic(self, topic: str) -> list[str]:
         def run() -> list[str]:
@@ -230,7 +230,7 @@ class RouterEngine:
             self.log.quota_release(ROUTERS, len(removed))
             return removed
 
-        return await self.log._io(run)
+        return await self.log.run_io(run)
 
     # --- forwarding ---------------------------------------------------------------------
     async def forward_to_head(
@@ -336,7 +336,7 @@ class RouterEngine:
                 # the rest goes in the next batch.
                 upto = srcs[taken - 1]
                 out = out[:taken]
-        advanced = await self.log._io(
+        advanced = await self.log.run_io(
             self.store.advance, router.name, router.cursor, upto, len(out)
         )
         return (len(out), upto) if advanced else None
@@ -357,7 +357,7 @@ class RouterEngine:
         now = self.log.clock()
         if self._leases.get(router.name, 0) - now > self.lease_ms // 2:
             return router
-        item = await self.log._io(self.store.acquire, router.name, self.owner, now, self.lease_ms)
+        item = await self.log.run_io(self.store.acquire, router.name, self.owner, now, self.lease_ms)
         if item is None:
             self._leases.pop(router.name, None)
             return None
@@ -366,7 +366,7 @@ class RouterEngine:
 
     async def _release(self, name: str) -> None:
         if self._leases.pop(name, None) is not None:
-            await self.log._io(self.store.release, name, self.owner)
+            await self.log.run_io(self.store.release, name, self.owner)
 
     def _copy(
         self, router: RouterItem, rec: dict[str, Any], seq: int, on_cycle: bool
@@ -402,7 +402,7 @@ class RouterEngine:
     async def _already_forwarded(self, router: RouterItem) -> int:
         """The highest source seq of this router already present in the dest's tail."""
         try:
-            head = await self.log._io(self.log.heads.get, router.dest)
+            head = await self.log.run_io(self.log.heads.get, router.dest)
             if head is None or head.deleted:
                 return 0
             res = await self.log.diff(
@@ -576,7 +576,7 @@ class StreamBatch:
         seen: RouterItem | None = None
         while time.monotonic() < wait_until:
             await asyncio.sleep(LEASE_POLL_S)
-            item = await engine.log._io(engine.store.get, router.name)
+            item = await engine.log.run_io(engine.store.get, router.name)
             if item is None:
                 return done  # deleted meanwhile
             self._routers[router.name] = item

@@ -128,7 +128,7 @@ class Upkeep:
         unsealed = head.head_seq > max(head.sealed_through, head.earliest_seq - 1)
         return (
             over_cap(head)
-            or (head.count > 0 and retention_ms(head.config, self.tiering) > 0)
+            or (head.count > 0 and retention_ms(head.cfg, self.tiering) > 0)
             or (is_tiered(head) and unsealed)
             or head.trimmed_through < head.sealed_through
             or (head.del_ver > 0 and head.earliest_seq > 1)
@@ -154,7 +154,7 @@ class Upkeep:
                 break
             for seg in segs:
                 if seg.first_seq < es:
-                    n, b = self.log._live_between(head, es, seg.last_seq + 1)
+                    n, b = self.log.live_between(head, es, seg.last_seq + 1)
                 else:
                     n, b = seg.count - seg.deleted_count, seg.bytes - seg.deleted_bytes
                 yield _Unit(seg.first_seq, seg.last_seq, n, b, seg.max_ts, segment=seg)
@@ -166,7 +166,7 @@ class Upkeep:
                 break
             for f in summaries:
                 if f.first_seq < es:
-                    n, b = self.log._live_between(head, es, f.last_seq + 1)
+                    n, b = self.log.live_between(head, es, f.last_seq + 1)
                 else:
                     n = f.last_seq - f.first_seq + 1 - f.deleted_count
                     b = f.bytes - f.deleted_bytes
@@ -177,13 +177,13 @@ class Upkeep:
         """Drop whole units off the front while the rest still meets the cap (discard:
         "old"), or while they are past the TTL. Lazy and unit-granular (spec §0.10): the
         topic may exceed its cap by less than one unit."""
-        cfg = head.config
+        cfg = head.cfg
         ttl = retention_ms(cfg, self.tiering)
         horizon = now - ttl if ttl else None
         if not over_cap(head) and horizon is None:
             return head
-        capped = cfg.get("discard", "old") == "old"
-        cap_n, cap_b = int(cfg.get("cap_records", 0)), int(cfg.get("cap_bytes", 0))
+        capped = cfg.discard == "old"
+        cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
         count, nbytes = head.count, head.bytes
         drop: list[tuple[_Unit, str]] = []
         for unit in self._units(head):
@@ -204,7 +204,7 @@ class Upkeep:
         if not drop:
             return head
         last = drop[-1][0].last_seq
-        new_es = self.log._first_live(head, last + 1)
+        new_es = self.log.first_live(head, last + 1)
         runs = merge_runs(head.evictions, [(u.last_seq, r) for u, r in drop])
         unsealed = sum(u.frame.bytes for u, _ in drop if u.frame is not None)
         commit = EvictCommit(

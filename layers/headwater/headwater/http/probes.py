@@ -96,7 +96,7 @@ async def _snapshot(
     ]
     by_class: dict[str, int] = {}
     for h in heads:
-        cls = str(h.config.get("durability", "disk"))
+        cls = h.cfg.durability
         by_class[cls] = by_class.get(cls, 0) + 1
     truncated = more or len(heads) > PER_TOPIC_LIMIT
     gauges: dict[str, float] = {
@@ -106,7 +106,7 @@ async def _snapshot(
         "topics_routers": len(routers),
         "topics_records_live": sum(h.count for h in heads),
         "topics_bytes_live": sum(h.bytes for h in heads),
-        "topics_queue_topics": sum(1 for h in heads if h.config.get("type") == "queue"),
+        "topics_queue_topics": sum(1 for h in heads if h.cfg.is_queue),
         "topics_queue_leases_in_flight": 0,  # filled below
         "topics_sse_connections": svc.limits.streams,  # this process (§11 scope)
         "topics_watch_sessions": await asyncio.to_thread(svc.quotas.current, WATCH_SESSIONS),
@@ -133,7 +133,7 @@ async def _snapshot(
     in_flight = 0
     for name, vals in per_topic:
         head = next(h for h in heads if h.topic == name)
-        if head.config.get("type") == "queue":
+        if head.cfg.is_queue:
             c = await svc.queues.counters(head)
             vals["queue_ready"] = c.ready
             vals["queue_in_flight"] = c.in_flight

@@ -51,14 +51,14 @@ def state_body(head: Head, queue: Counters | None = None) -> dict[str, Any]:
     cfg = head.config
     body: dict[str, Any] = {
         "topic": head.topic,
-        "type": cfg.get("type", "log"),
+        "type": head.cfg.type,
         "head_seq": head.head_seq,
         "earliest_seq": head.first_live_seq,
         "next_seq": head.head_seq + 1,
         "count": head.count,
         "bytes": head.bytes,
         "config": cfg,
-        "effective_priority": effective_priority(cfg, head.last_read_ts, now_ms()),
+        "effective_priority": effective_priority(head.cfg, head.last_read_ts, now_ms()),
         "last_write_ts": head.last_write_ts,
         "last_read_ts": head.last_read_ts,
         # Additive (spec §0: clients tolerate extra fields): how much is in S3 segments.
@@ -98,7 +98,7 @@ async def get_topic(topic: str, request: Request) -> Response:
     validate_topic_name(topic)
     touch = query_bool(request.query_params, "touch", True)
     head = await svc.engine.get_topic(topic, touch=touch)
-    counters = await svc.queues.counters(head) if head.config.get("type") == "queue" else None
+    counters = await svc.queues.counters(head) if head.cfg.is_queue else None
     return json_response(request, state_body(head, counters))
 
 
@@ -124,8 +124,8 @@ async def list_topics(request: Request) -> Response:
             "earliest_seq": h.first_live_seq,
             "count": h.count,
             "bytes": h.bytes,
-            "durable": bool(h.config.get("durable", False)),
-            "effective_priority": effective_priority(h.config, h.last_read_ts, now),
+            "durable": h.cfg.durable,
+            "effective_priority": effective_priority(h.cfg, h.last_read_ts, now),
         }
         for h in (page.heads if page else [])
     ]
@@ -142,7 +142,7 @@ async def delete_topic(topic: str, request: Request) -> Response:
     validate_topic_name(topic)
     if_empty = query_bool(request.query_params, "if_empty", False)
     was = await svc.engine.delete_topic(topic, if_empty=if_empty)
-    if was is not None and was.config.get("type") == "queue":
+    if was is not None and was.cfg.is_queue:
         await svc.queues.forget(was)  # its lease items are never read again
     removed = await svc.routers.remove_for_topic(topic)  # spec §1.4: the cascade
     # The cascade also takes routers of other tenants that read or fed this topic; a
@@ -248,7 +248,7 @@ async def delete_records(topic: str, request: Request) -> Response:
     before, match = parse_delete(body)
     result = await svc.engine.delete_records(topic, before, match)
     head = result.head
-    if result.deleted and head.config.get("type") == "queue":
+    if result.deleted and head.cfg.is_queue:
         await svc.queues.reconcile(topic)  # deleted jobs lose their leases too
     return json_response(
         request,

@@ -1067,3 +1067,36 @@ def test_routing_keys_are_read_from_plain_and_escaped_tags() -> None:
     tags = [b'"plain"', b'"a\\"b"', b'"\\u00e9t\\u00e9"', '"été"'.encode(), b"7", b'["x"]', None]
     docs = docs_from_records([rec(i + 1, t) for i, t in enumerate(tags)], {})
     assert [d.routing_key for d in docs] == ["plain", 'a"b', "été", "été", None, None, None]
+
+
+def test_a_segment_build_pauses_cycle_collection_only_while_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    from headwater.engine.segment import encode_segment
+    from headwater.index import build
+
+    seen: list[bool] = []
+    real = build.build_companion
+
+    def spy(plan: IndexPlan, docs: Any) -> bytes:
+        seen.append(gc.isenabled())
+        return real(plan, docs)
+
+    monkeypatch.setattr(build, "build_companion", spy)
+    recs = [StoredRecord(s, 1000 + s, b'{"svc":"api"}', None, b'"u1"', None, 13) for s in (1, 2)]
+    blob, _info = encode_segment("t", 1, recs)
+    assert gc.isenabled()
+    once = build.build_segment(PLAN, REG, blob)
+    assert seen == [False] and gc.isenabled()  # paused during, resumed after
+    gc.disable()
+    try:
+        assert build.build_segment(PLAN, REG, blob) == once
+        assert seen == [False, False] and not gc.isenabled()  # not resumed by the build
+    finally:
+        gc.enable()
+    monkeypatch.setattr(build, "decode_segment", lambda _b: (_ for _ in ()).throw(ValueError("x")))
+    with pytest.raises(ValueError):
+        build.build_segment(PLAN, REG, blob)
+    assert gc.isenabled()  # resumed after a failed build too

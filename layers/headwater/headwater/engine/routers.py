@@ -357,7 +357,9 @@ class RouterEngine:
         now = self.log.clock()
         if self._leases.get(router.name, 0) - now > self.lease_ms // 2:
             return router
-        item = await self.log.run_io(self.store.acquire, router.name, self.owner, now, self.lease_ms)
+        item = await self.log.run_io(
+            self.store.acquire, router.name, self.owner, now, self.lease_ms
+        )
         if item is None:
             self._leases.pop(router.name, None)
             return None

@@ -18,8 +18,10 @@ catalogue's and scans a segment whose companion does not match."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import gc
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,15 +32,33 @@ from headwater.index.plan import IndexPlan
 from headwater.index.runs import compact_runs
 
 
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """A build allocates ~40 containers per record (decoded entries, per-field values,
+    postings), none of them in reference cycles: the cyclic collector would only rescan
+    them, again and again as they survive into older generations (measured: ~25-35% of a
+    5,000-record segment's build). Paused for the build (process-wide; whoever paused it
+    first resumes it), reference counting frees everything as usual."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
 def build_segment(
     plan: IndexPlan, registry: Mapping[str, Any], segment_blob: bytes, deleted: Iterable[int] = ()
 ) -> bytes:
     """One segment's companion, without the seqs deleted since it was sealed: a pure function
     of its inputs (the Spark job maps it over segments)."""
-    _info, records = decode_segment(segment_blob)
-    gone = frozenset(deleted)
-    live = [r for r in records if r.seq not in gone] if gone else records
-    return build_companion(plan, docs_from_records(live, registry))
+    with _no_cycle_collection():
+        _info, records = decode_segment(segment_blob)
+        gone = frozenset(deleted)
+        live = [r for r in records if r.seq not in gone] if gone else records
+        return build_companion(plan, docs_from_records(live, registry))
 
 
 @dataclass(slots=True)

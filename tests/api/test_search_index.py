@@ -518,3 +518,59 @@ def test_companions_read_in_parts_answer_as_whole_ones(
     # THEN every answer is the same, and the sections were read one by one
     assert parts == whole
     assert len(sections) > len(set(k for k, _ in sections)) > 0
+
+
+def test_a_cold_query_fetches_companions_ahead_concurrently_with_the_same_answers(
+    make_client: MakeClient, aws: AwsClients, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from test_v1_search import T0
+
+    c = make_client(tiering=EAGER)
+    segs = _indexed(c, aws, settings, "ahead")
+    rnd = random.Random(5)
+    queries = [_query(rnd) for _ in range(6)]
+    minute = 60_000
+    agg = {"rollup": "lat", "from": T0 - T0 % minute, "to": T0 + 60 * minute, "interval": "1m"}
+
+    def answers() -> list[Any]:
+        reader._CACHE._lru.clear()
+        out: list[Any] = [
+            _all_pages(c, "ahead", q, s)[0] for q in queries for s in (None, "ms:asc")
+        ]
+        r = c.post(url("ahead", "_aggregate"), content=json.dumps(agg), headers=JSON)
+        out.append(r.json()["buckets"])
+        out.append(_read_all(c, "ahead", filter="svc:api"))
+        return out
+
+    # GIVEN companion reads that take a while (a cold process on S3)
+    blobs = services(c).engine.blobs
+    real = blobs.get_range
+    lock = threading.Lock()
+    now = {"n": 0, "max": 0, "reads": 0}
+
+    def slow_get_range(key: str, start: int, end: int) -> bytes:
+        if not key.endswith(".cix"):
+            return real(key, start, end)
+        with lock:
+            now["n"] += 1
+            now["reads"] += 1
+            now["max"] = max(now["max"], now["n"])
+        try:
+            time.sleep(0.02)
+            return real(key, start, end)
+        finally:
+            with lock:
+                now["n"] -= 1
+
+    monkeypatch.setattr(blobs, "get_range", slow_get_range)
+    ahead = answers()
+    # THEN companions were fetched several at a time, each once per cold query
+    assert now["max"] > 1, now
+    assert now["reads"] >= len(segs)
+    # ...and with read-ahead off every answer is the same, one fetch at a time
+    monkeypatch.setattr(reader.StreamIndex, "warm", lambda self, segs: None)
+    now.update(n=0, max=0, reads=0)
+    assert answers() == ahead
+    assert now["max"] == 1

@@ -378,6 +378,7 @@ class _RollupsFromIndex:
         self.index, self.r, self.buckets, self.cov = index, r, buckets, cov
         self.answered: list[tuple[int, int]] = []
         self.aligned = r.from_ms % r.step == 0 and r.to_ms % r.step == 0
+        self.warm = getattr(index, "warm", None)  # index/reader: companions ahead of the scan
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
         got = await self.index.windows_of(seg, self.r)

@@ -42,6 +42,7 @@ TIMEOUT_CAP_MS: Final = 3000  # §8.6: the effective timeout is clamped to <= 30
 WINDOW_RECORDS: Final = 512  # records per newest-first window / forward page
 WINDOW_BYTES: Final = 4 << 20
 CANDIDATE_BATCH: Final = 256  # an indexed segment's candidates read per engine call
+READ_AHEAD: Final = 8  # segments whose companions a pruner may fetch ahead of the scan
 BODY_KEYS: Final = frozenset({"q", "size", "sort", "search_after", "timeout_ms"})
 
 # The clock the cooperative deadline reads (seconds); tests replace it to make a deadline
@@ -80,6 +81,7 @@ class _Ranking:
         self.ranker, self.columns, self.head = ranker, columns, head
         self.found: list[tuple[int, float, tuple[Any, ...]]] = []
         self.families: frozenset[str] = frozenset()
+        self.warm = getattr(ranker, "warm", None)
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
         got = await self.ranker.ranked(seg, self.columns)
@@ -220,7 +222,11 @@ async def scan(
         async for doc in _scan_range(streams, cov, deadline, reg, lo, hi, order):
             yield doc
         return
-    for p_lo, p_hi, seg in _pieces(cov, lo, hi, order):
+    pieces = _pieces(cov, lo, hi, order)
+    warm = getattr(pruner, "warm", None)  # index/reader: fetch companions ahead of the scan
+    for i, (p_lo, p_hi, seg) in enumerate(pieces):
+        if warm is not None and seg is not None:
+            warm(s for _, _, s in pieces[i : i + 1 + READ_AHEAD] if s is not None)
         allowed = await pruner(seg) if seg is not None else None
         if allowed is not None:
             cov.indexed_segments += 1

@@ -15,8 +15,11 @@ scan but never change its answer. Decoded companions are kept in a small per-pro
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from headwater.durable.aggregate import Rollup
@@ -40,6 +43,9 @@ CACHE_ENTRIES = 512
 PREFIX_BYTES = 2 << 20
 T = TypeVar("T")
 RUN_CACHE_ENTRIES = 32
+# Companions a request fetches ahead of its scan (StreamIndex.warm), concurrently: a cold
+# process otherwise pays one S3 round trip per segment, one after the other.
+READ_AHEAD = 8
 
 
 class CompanionCache:
@@ -48,6 +54,10 @@ class CompanionCache:
         self._lru: OrderedDict[str, Companion] = OrderedDict()
         self.hits = 0
         self.misses = 0
+
+    def peek(self, key: str) -> Companion | None:
+        """The cached companion, without counting a hit or moving it."""
+        return self._lru.get(key)
 
     def get(self, key: str) -> Companion | None:
         comp = self._lru.get(key)
@@ -80,6 +90,7 @@ class StreamIndex:
         self.plan = plan
         self.catalogue = catalogue
         self.cache = cache
+        self._inflight: dict[str, asyncio.Future[Companion | None]] = {}
 
     async def run_for(self, seg: SegmentItem) -> LexiconRun | None:
         """The lexicon run the catalogue lists over this segment, built for this plan (None:
@@ -116,16 +127,54 @@ class StreamIndex:
         key = companion_key(seg.key)
         comp = self.cache.get(key)
         if comp is None or comp.generation != self.plan.generation:
-            self.cache.misses += 1
-            try:
-                raw = await self.engine.run_io(self.engine.blobs.get_range, key, 0, PREFIX_BYTES)
-                comp = Companion.from_prefix(raw)
-            except (StorageUnavailable, CompanionError):
+            pending = self._inflight.get(key)
+            comp = await (pending if pending is not None else self._load(key))
+            if comp is None:
                 return None  # missing or unreadable: scan the segment
-            self.cache.put(key, comp)
         if comp.generation != self.plan.generation:
             return None  # rebuilt for another plan meanwhile
         return comp
+
+    async def _load(self, key: str) -> Companion | None:
+        self.cache.misses += 1
+        try:
+            raw = await self.engine.run_io(self.engine.blobs.get_range, key, 0, PREFIX_BYTES)
+            comp = Companion.from_prefix(raw)
+        except (StorageUnavailable, CompanionError):
+            return None
+        self.cache.put(key, comp)
+        return comp
+
+    def warm(self, segs: Iterable[SegmentItem]) -> None:
+        """Start fetching the companions of these segments (the next ones a scan will ask
+        for) that are neither cached nor on their way, at most READ_AHEAD at a time; the
+        scan's `companion()` then awaits the fetch already running. A fetch that fails is
+        reported by `companion()` as a missing companion (the segment is scanned)."""
+        for seg in segs:
+            if len(self._inflight) >= READ_AHEAD:
+                return
+            if not self.covers(seg):
+                continue
+            key = companion_key(seg.key)
+            cached = self.cache.peek(key)
+            if key in self._inflight or (
+                cached is not None and cached.generation == self.plan.generation
+            ):
+                continue
+            task = asyncio.ensure_future(self._load(key))
+            self._inflight[key] = task
+            task.add_done_callback(functools.partial(self._landed, key))
+
+    def _landed(self, key: str, task: asyncio.Future[Companion | None]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: a fetch nobody awaited fails quietly
+
+    async def settle(self) -> None:
+        """Wait for the fetches started by `warm` (tests; a request does not need to)."""
+        while self._inflight:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*self._inflight.values())
 
     async def use(self, seg: SegmentItem, comp: Companion, fn: Callable[[], T]) -> T | None:
         """`fn()` (a computation on `comp`), reading each section it needs that the companion
@@ -186,6 +235,9 @@ class QueryPruner:
         self.index = index
         self.query = query
         self.families: frozenset[str] = frozenset()
+
+    def warm(self, segs: Iterable[SegmentItem]) -> None:
+        self.index.warm(segs)
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
         comp = await self.index.companion(seg)
@@ -261,6 +313,9 @@ class BothPruner:
 
     def __init__(self, a: KeyPruner, b: QueryPruner) -> None:
         self.a, self.b = a, b
+
+    def warm(self, segs: Iterable[SegmentItem]) -> None:
+        self.b.warm(segs)
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
         x, y = await self.a(seg), await self.b(seg)

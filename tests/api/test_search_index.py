@@ -574,3 +574,36 @@ def test_a_cold_query_fetches_companions_ahead_concurrently_with_the_same_answer
     now.update(n=0, max=0, reads=0)
     assert answers() == ahead
     assert now["max"] == 1
+
+
+def test_search_coverage_reports_the_time_spent_on_the_families(
+    make_client: MakeClient, aws: AwsClients, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = make_client(tiering=EAGER)
+    _indexed(c, aws, settings, "timed")
+    reader._CACHE._lru.clear()
+    # GIVEN companion reads of 20 ms each, first read as header and section table only
+    monkeypatch.setattr(reader, "PREFIX_BYTES", 80 + 28 * 6 + 4)
+    blobs = services(c).engine.blobs
+    real = blobs.get_range
+
+    def slow(key: str, start: int, end: int) -> bytes:
+        if key.endswith(".cix"):
+            time.sleep(0.02)
+        return real(key, start, end)
+
+    monkeypatch.setattr(blobs, "get_range", slow)
+    # WHEN a text query runs cold
+    r = c.post(url("timed", "_search"), content=json.dumps({"q": "msg:alpha"}), headers=JSON)
+    assert r.status_code == 200, r.text
+    cov = r.json()["coverage"]
+    # THEN the families' time is reported (not 0), in the body and the headers alike
+    assert cov["indexed_segments"] >= 6
+    assert cov["exact_candidate_time_ms"] >= 20 * cov["indexed_segments"] // 8
+    assert cov["indexed_segment_time_ms"] >= cov["exact_candidate_time_ms"]
+    assert cov["fts_section_get_ms"] >= 20
+    assert r.headers["search-exact-candidate-time-ms"] == str(cov["exact_candidate_time_ms"])
+    assert r.headers["search-fts-section-get-ms"] == str(cov["fts_section_get_ms"])
+    # ...and a warm query spends less on them
+    again = c.post(url("timed", "_search"), content=json.dumps({"q": "msg:alpha"}), headers=JSON)
+    assert again.json()["coverage"]["fts_section_get_ms"] == 0

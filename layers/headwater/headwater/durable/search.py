@@ -112,6 +112,8 @@ class Coverage:
     scanned_tail_docs: int = 0
     scanned_tail_time_ms: float = 0.0
     indexed_segments: int = 0
+    indexed_segment_time_ms: float = 0.0  # asking the families + reading their candidates
+    exact_candidate_time_ms: float = 0.0  # asking the families (companion reads included)
     index_families_used: set[str] = field(default_factory=set)
     # (lo, hi] seqs the request meant to cover but did not reach (a deadline)
     missing: list[tuple[int, int]] = field(default_factory=list)
@@ -227,8 +229,12 @@ async def scan(
     for i, (p_lo, p_hi, seg) in enumerate(pieces):
         if warm is not None and seg is not None:
             warm(s for _, _, s in pieces[i : i + 1 + READ_AHEAD] if s is not None)
+        t0 = monotonic()
         allowed = await pruner(seg) if seg is not None else None
         if allowed is not None:
+            asked_ms = (monotonic() - t0) * 1000
+            cov.exact_candidate_time_ms += asked_ms
+            cov.indexed_segment_time_ms += asked_ms
             cov.indexed_segments += 1
             cov.index_families_used.update(pruner.families)
             if not any(p_lo < q <= p_hi for q in allowed):
@@ -291,7 +297,9 @@ async def _read_candidates(
             cov.timed_out = True
             cov.missing.append((batch[0] - 1, hi) if order == "asc" else (lo, batch[0]))
             return
+        t0 = monotonic()
         recs = await streams.read_entries(cov.head, sorted(batch))
+        cov.indexed_segment_time_ms += (monotonic() - t0) * 1000
         if order == "desc":
             recs.reverse()
         for rec in recs:
@@ -699,15 +707,15 @@ async def run_search(
         "coverage": {
             **cov.common(),
             "indexed_segments": cov.indexed_segments,
-            "indexed_segment_time_ms": 0,
-            "fts_section_get_ms": 0,
+            "indexed_segment_time_ms": round(cov.indexed_segment_time_ms),
+            "fts_section_get_ms": round(getattr(pruner, "fts_section_get_ms", 0.0)),
             "fts_decode_ms": 0,
             "fts_clause_estimate_ms": 0,
             "scanned_segments": len(cov.scanned_segments),
             "scanned_segment_time_ms": round(cov.scanned_segment_time_ms),
             "scanned_tail_docs": cov.scanned_tail_docs,
             "scanned_tail_time_ms": round(cov.scanned_tail_time_ms),
-            "exact_candidate_time_ms": 0,
+            "exact_candidate_time_ms": round(cov.exact_candidate_time_ms),
             "index_families_used": sorted(cov.index_families_used),
         },
         "total": {"value": matched, "relation": "eq" if exact else "gte"},

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -91,6 +92,7 @@ class StreamIndex:
         self.catalogue = catalogue
         self.cache = cache
         self._inflight: dict[str, asyncio.Future[Companion | None]] = {}
+        self.fts_section_get_ms = 0.0  # ranged GETs of text-postings sections
 
     async def run_for(self, seg: SegmentItem) -> LexiconRun | None:
         """The lexicon run the catalogue lists over this segment, built for this plan (None:
@@ -185,10 +187,13 @@ class StreamIndex:
             try:
                 return fn()
             except SectionNotLoaded as need:
+                t0 = time.monotonic()
                 try:
                     body = await self.engine.run_io(
                         self.engine.blobs.get_range, key, need.offset, need.offset + need.length
                     )
+                    if need.name == "fts":
+                        self.fts_section_get_ms += (time.monotonic() - t0) * 1000
                     comp.load(need.name, body)
                 except (StorageUnavailable, CompanionError):
                     return None
@@ -238,6 +243,10 @@ class QueryPruner:
 
     def warm(self, segs: Iterable[SegmentItem]) -> None:
         self.index.warm(segs)
+
+    @property
+    def fts_section_get_ms(self) -> float:
+        return self.index.fts_section_get_ms
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
         comp = await self.index.companion(seg)
@@ -316,6 +325,10 @@ class BothPruner:
 
     def warm(self, segs: Iterable[SegmentItem]) -> None:
         self.b.warm(segs)
+
+    @property
+    def fts_section_get_ms(self) -> float:
+        return self.b.fts_section_get_ms
 
     async def __call__(self, seg: SegmentItem) -> frozenset[int] | None:
         x, y = await self.a(seg), await self.b(seg)

@@ -18,6 +18,7 @@ write fails and it moves on)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -73,6 +74,16 @@ def _clients(args: JobArgs) -> tuple[Any, Any]:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _executor_s3(endpoint_url: str | None, region: str | None) -> Any:
+    """The S3 client of a Spark task, made once per Python worker (Spark reuses workers
+    across tasks; a boto3 client costs ~0.1-0.3 s of CPU to make)."""
+    import boto3
+    from rollup.job import _region
+
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=_region(region))
+
+
 @dataclass(frozen=True)
 class Task:
     """One segment to build: where it is, the seqs deleted since it was sealed, and the
@@ -94,7 +105,7 @@ def build_tasks(
     from headwater.index.build import build_segment
     from headwater.index.plan import IndexPlan
 
-    _ddb, s3 = _clients(JobArgs(bucket, "", endpoint_url, region))
+    s3 = _executor_s3(endpoint_url, region)
     plans: dict[str, tuple[IndexPlan, dict[str, Any]]] = {}
     for t in tasks:
         if t.registry_json not in plans:
@@ -220,7 +231,7 @@ def build_runs(
     yet is skipped: the next run builds it)."""
     from headwater.index.runs import build_run_of, run_key
 
-    _ddb, s3 = _clients(JobArgs(bucket, "", endpoint_url, region))
+    s3 = _executor_s3(endpoint_url, region)
 
     def get(key: str) -> bytes:
         try:

@@ -785,20 +785,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             scanned = run_phase(c, emu, ops, scan_iters, "scan")
             # 4. index builds
             print("\n== index build: in-process index_stream over every sealed segment")
+            moto_pid = emu.pids()["moto"]
+            emu0 = process_cpu_seconds(moto_pid)
             inproc = build_inprocess(st)
+            inproc["emulator_cpu_s"] = process_cpu_seconds(moto_pid) - emu0
             print(
                 f"   {inproc['built']} segments, {inproc['records']:,} records in "
-                f"{inproc['elapsed_s']:.2f} s = {inproc['records_per_s']:,.0f} rec/s"
+                f"{inproc['elapsed_s']:.2f} s = {inproc['records_per_s']:,.0f} rec/s "
+                f"(this process {inproc['bench_process_cpu_s']:.1f} s CPU, the emulator "
+                f"{inproc['emulator_cpu_s']:.1f} s)"
             )
             builds: dict[str, Any] = {"inprocess": inproc}
             if glue_skip is None:
                 print("\n== index build: Glue job (glue_jobs/indexer) on local Spark local[2]")
+                emu0 = process_cpu_seconds(moto_pid)
                 g = build_glue(st)
+                g["emulator_cpu_s"] = process_cpu_seconds(moto_pid) - emu0
                 builds["glue"] = g
                 print(
                     f"   {g['built']} segments, {g['records']:,} records in "
                     f"{g['elapsed_s']:.2f} s = {g['records_per_s']:,.0f} rec/s (session start "
-                    f"{g['spark_session_start_s']:.1f} s, not counted)"
+                    f"{g['spark_session_start_s']:.1f} s, not counted; the emulator "
+                    f"{g['emulator_cpu_s']:.1f} s CPU)"
                 )
             else:
                 builds["glue"] = {"skipped": glue_skip}

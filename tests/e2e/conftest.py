@@ -115,6 +115,54 @@ def _endpoints_end_with_the_module() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session")
+def _bench_moto() -> Iterator[MotoServer]:
+    with MotoServer() as server:
+        yield server
+
+
+class _SharedMoto:
+    """What a benchmark gets for `bench.bench_v0.Emulators("moto")` under `bench_emulator`:
+    the session's moto process (same env() and pids()); stop() leaves it running."""
+
+    backend = "moto"
+    ddblocal = None
+
+    def __init__(self, moto: MotoServer) -> None:
+        self.moto = moto
+
+    def env(self) -> dict[str, str]:
+        return self.moto.env()
+
+    def pids(self) -> dict[str, int]:
+        assert self.moto._proc is not None
+        return {"moto": self.moto._proc.pid}
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.fixture
+def bench_emulator(_bench_moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> MotoServer:
+    """The benchmark smoke runs share one moto process instead of starting one each (about
+    1 s apiece); it is reset (every table and bucket gone) before each, so every benchmark
+    still starts on an empty emulator. Other backends (ddblocal) are started as before."""
+    import bench.bench_v0 as bench_v0
+
+    if _bench_moto._proc is None or _bench_moto._proc.poll() is not None:
+        _bench_moto.start()  # a benchmark before this one took it down
+    _bench_moto.reset()
+    real = bench_v0.Emulators
+
+    def emulators(backend: str) -> Any:
+        return _SharedMoto(_bench_moto) if backend == "moto" else real(backend)
+
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] == "bench" and getattr(module, "Emulators", None) is real:
+            monkeypatch.setattr(module, "Emulators", emulators)
+    return _bench_moto
+
+
 @pytest.fixture
 def start_servers(cluster: Cluster, tmp_path: object) -> Callable[..., list[ServerProcess]]:
     def start(n: int, **env: str) -> list[ServerProcess]:

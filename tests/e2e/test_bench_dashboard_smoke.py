@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 from bench import bench_dashboard
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(180)]
+# one moto process for every benchmark smoke run, reset before each (conftest)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.e2e,
+    pytest.mark.timeout(180),
+    pytest.mark.usefixtures("bench_emulator"),
+]
+
+ITEMS = 3  # single-item ingests per latency run, --interval apart
 
 
 def _positive(x: Any) -> bool:
@@ -27,10 +35,10 @@ def test_bench_dashboard_tiny_run(tmp_path: Path) -> None:
         [
             "--quick",
             "--runs=1",
-            "--items=4",
+            f"--items={ITEMS}",
             "--interval=0.3",
             "--clients=1,3",
-            "--duration=1.5",
+            "--duration=0.8",
             f"--out={out}",
         ]
     )
@@ -51,12 +59,12 @@ def test_bench_dashboard_tiny_run(tmp_path: Path) -> None:
         assert _positive(s["p50_ms"]) and _positive(s["p99_ms"]), name
         assert s["p50_ms"] <= s["p99_ms"], name
 
-    # every stream got every item: 4 items x N streams
+    # every stream got every item: ITEMS items x N streams
     for n in (1, 3):
         for where in ("same", "cross"):
             s = by_name[f"update-latency-{where}-c{n}"]
-            assert s["per_run"][0]["ops"] == 4
-            assert s["delivery"][0]["deliveries"] == s["delivery"][0]["expected"] == 4 * n
+            assert s["per_run"][0]["ops"] == ITEMS
+            assert s["delivery"][0]["deliveries"] == s["delivery"][0]["expected"] == ITEMS * n
             assert s["target"]["label"] == "p50 <= 1000 ms" and "met" in s["target"]
             # a single-item ingest is one DynamoDB transaction
             calls = s["aws_calls_per_op"]

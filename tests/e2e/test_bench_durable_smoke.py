@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 from bench import bench_durable
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(120)]
+# one moto process for every benchmark smoke run, reset before each (conftest)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.e2e,
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("bench_emulator"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ["ref-file", "ref-mem", "headwater"]

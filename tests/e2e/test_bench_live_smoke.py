@@ -13,10 +13,18 @@ from typing import Any
 import pytest
 from bench import bench_live
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(180)]
+# one moto process for every benchmark smoke run, reset before each (conftest)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.e2e,
+    pytest.mark.timeout(180),
+    pytest.mark.usefixtures("bench_emulator"),
+]
 
 SUBSCRIBERS = 20
 RECORDS = 5
+RATE = 20  # appends/s in the latency runs, for DURATION s: RATE * DURATION records
+DURATION = 0.5
 
 
 def test_bench_live_tiny_run_delivers_everything_and_counts_calls(tmp_path: Path) -> None:
@@ -25,13 +33,13 @@ def test_bench_live_tiny_run_delivers_everything_and_counts_calls(tmp_path: Path
     returned = bench_live.main(
         [
             "--runs=1",
-            "--rate=20",
-            "--duration=1",
+            f"--rate={RATE}",
+            f"--duration={DURATION}",
             f"--subscribers={SUBSCRIBERS}",
             f"--fanout-records={RECORDS}",
-            "--fanout-rate=5",
+            "--fanout-rate=10",
             "--idle-sessions=5",
-            "--idle-seconds=2",
+            "--idle-seconds=1",
             "--grace=30",
             f"--out={out}",
         ]
@@ -44,8 +52,8 @@ def test_bench_live_tiny_run_delivers_everything_and_counts_calls(tmp_path: Path
     assert result["settings"]["poll_interval_ms"] > 0
 
     for name, subs, records in (
-        ("live-1proc", 1, 20),
-        ("live-2proc", 1, 20),
+        ("live-1proc", 1, int(RATE * DURATION)),
+        ("live-2proc", 1, int(RATE * DURATION)),
         ("fanout", SUBSCRIBERS, RECORDS),
     ):
         w = by[name]

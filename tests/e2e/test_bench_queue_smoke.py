@@ -14,9 +14,15 @@ from typing import Any
 import pytest
 from bench import bench_queue
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(240)]
+# one moto process for every benchmark smoke run, reset before each (conftest)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.e2e,
+    pytest.mark.timeout(240),
+    pytest.mark.usefixtures("bench_emulator"),
+]
 
-JOBS = 120
+JOBS = 48  # 3 claims of max 16; 48 single-job claims for queue-8w-m1
 
 
 def test_bench_queue_tiny_run_acks_every_job_once_and_counts_calls(tmp_path: Path) -> None:

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 from bench import bench_search
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(180)]
+# one moto process for every benchmark smoke run, reset before each (conftest)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.e2e,
+    pytest.mark.timeout(180),
+    pytest.mark.usefixtures("bench_emulator"),
+]
 
 RECORDS = 2_000
 SEAL = 400
@@ -30,6 +36,7 @@ def test_bench_search_tiny_run_uses_families_and_matches_the_scan(tmp_path: Path
             "--iters=2",
             "--scan-iters=1",
             "--no-glue",
+            "--interval-ms=250",  # sealer + indexer sweep: coverage sooner after the load
             f"--out={out}",
         ]
     )

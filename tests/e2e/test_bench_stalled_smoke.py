@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 from bench import bench_stalled
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(300)]
+# one moto process for every benchmark smoke run, reset before each (conftest)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.e2e,
+    pytest.mark.timeout(300),
+    pytest.mark.usefixtures("bench_emulator"),
+]
 
 STALLED = 10
 LORIS = 10
@@ -31,7 +37,7 @@ def test_bench_stalled_tiny_run_closes_the_stalled_clients(
     returned = bench_stalled.main(
         [
             "--runs=1",
-            "--idle-duration=2",
+            "--idle-duration=1",
             "--duration=10",
             "--rate=200",
             f"--stalled={STALLED}",

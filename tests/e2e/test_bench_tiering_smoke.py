@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 from bench import bench_tiering
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(120)]
+# one moto process for every benchmark smoke run, reset before each (conftest)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.e2e,
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("bench_emulator"),
+]
 
 RECORDS = 2_000
 LONG = 8_000
@@ -28,7 +34,7 @@ def test_bench_tiering_tiny_run_reads_sealed_history_and_prices_it(tmp_path: Pat
             f"--records={RECORDS}",
             f"--long-records={LONG}",
             "--b1-records=20",
-            "--duration=1",
+            "--duration=0.5",
             "--only=diff-tail,seal,diff-sealed,seal-b1,long-log,append-b1,append-b100",
             f"--out={out}",
         ]

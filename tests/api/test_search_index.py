@@ -477,28 +477,31 @@ def test_routing_keys_and_key_reads_use_the_lexicon_runs(
     assert scanned == after_delete
 
 
+def _cold_answers(c: TestClient, name: str, queries: list[str]) -> list[Any]:
+    """From an empty companion cache: every page of each query in both sort orders, then a
+    one-hour aggregate at 1-minute windows."""
+    from test_v1_search import T0
+
+    reader._CACHE._lru.clear()
+    out: list[Any] = [_all_pages(c, name, q, s)[0] for q in queries for s in (None, "ms:asc")]
+    minute = 60_000
+    agg = {"rollup": "lat", "from": T0 - T0 % minute, "to": T0 + 60 * minute, "interval": "1m"}
+    r = c.post(url(name, "_aggregate"), content=json.dumps(agg), headers=JSON)
+    out.append(r.json()["buckets"])
+    return out
+
+
 def test_companions_read_in_parts_answer_as_whole_ones(
     make_client: MakeClient, aws: AwsClients, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_v1_search import T0
-
     c = make_client(tiering=EAGER)
     _indexed(c, aws, settings, "parts")
     rnd = random.Random(21)
     queries = [_query(rnd) for _ in range(8)]
-    minute = 60_000
-    agg = {"rollup": "lat", "from": T0 - T0 % minute, "to": T0 + 60 * minute, "interval": "1m"}
 
     def answers() -> list[Any]:
-        reader._CACHE._lru.clear()
-        out: list[Any] = [
-            _all_pages(c, "parts", q, s)[0] for q in queries for s in (None, "ms:asc")
-        ]
-        r = c.post(url("parts", "_aggregate"), content=json.dumps(agg), headers=JSON)
-        out.append(r.json()["buckets"])
-        out.append(_key_pages(c, "parts", 9)[0])
-        out.append(_read_all(c, "parts", key="k07"))
-        return out
+        out = _cold_answers(c, "parts", queries)  # (from an empty cache)
+        return [*out, _key_pages(c, "parts", 9)[0], _read_all(c, "parts", key="k07")]
 
     whole = answers()
     # WHEN each companion is first read as its header and section table only (every section
@@ -525,24 +528,13 @@ def test_a_cold_query_fetches_companions_ahead_concurrently_with_the_same_answer
 ) -> None:
     import threading
 
-    from test_v1_search import T0
-
     c = make_client(tiering=EAGER)
     segs = _indexed(c, aws, settings, "ahead")
     rnd = random.Random(5)
     queries = [_query(rnd) for _ in range(6)]
-    minute = 60_000
-    agg = {"rollup": "lat", "from": T0 - T0 % minute, "to": T0 + 60 * minute, "interval": "1m"}
 
     def answers() -> list[Any]:
-        reader._CACHE._lru.clear()
-        out: list[Any] = [
-            _all_pages(c, "ahead", q, s)[0] for q in queries for s in (None, "ms:asc")
-        ]
-        r = c.post(url("ahead", "_aggregate"), content=json.dumps(agg), headers=JSON)
-        out.append(r.json()["buckets"])
-        out.append(_read_all(c, "ahead", filter="svc:api"))
-        return out
+        return [*_cold_answers(c, "ahead", queries), _read_all(c, "ahead", filter="svc:api")]
 
     # GIVEN companion reads that take a while (a cold process on S3)
     blobs = services(c).engine.blobs

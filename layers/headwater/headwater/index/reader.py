@@ -16,7 +16,6 @@ scan but never change its answer. Decoded companions are kept in a small per-pro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections import OrderedDict
@@ -171,12 +170,6 @@ class StreamIndex:
         self._inflight.pop(key, None)
         if not task.cancelled():
             task.exception()  # retrieved: a fetch nobody awaited fails quietly
-
-    async def settle(self) -> None:
-        """Wait for the fetches started by `warm` (tests; a request does not need to)."""
-        while self._inflight:
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*self._inflight.values())
 
     async def use(self, seg: SegmentItem, comp: Companion, fn: Callable[[], T]) -> T | None:
         """`fn()` (a computation on `comp`), reading each section it needs that the companion

@@ -77,7 +77,7 @@ def test_tag_delete_spanning_more_frames_than_one_transaction(
 def _conflicting(engine: Any, lost_races: int | None, counted: list[int]) -> None:
     """Make the engine's next `lost_races` commit attempts (all, for None) lose a race:
     nothing written, the head read back as a real lost race would return it."""
-    real = engine._try_commit
+    real = engine.appender.try_commit
 
     def attempt(topic: str, head: Any, *args: Any, **kwargs: Any) -> Any:
         counted.append(1)
@@ -85,14 +85,14 @@ def _conflicting(engine: Any, lost_races: int | None, counted: list[int]) -> Non
             return engine.heads.get(topic), True
         return real(topic, head, *args, **kwargs)
 
-    engine._try_commit = attempt
+    engine.appender.try_commit = attempt
 
 
 def test_an_append_past_its_budget_after_one_lost_race_still_commits(
     moto: None, resource_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a topic, and an append budget already spent (slow storage ate it)
-    import headwater.engine.log as log_mod
+    import headwater.engine.append as log_mod
 
     engine = counting_engine(Settings(resource_prefix=resource_prefix), Counter())
     asyncio.run(engine.append("slow", AppendRequest([_rec(0)])))
@@ -110,7 +110,7 @@ def test_an_append_that_keeps_losing_races_past_its_budget_is_refused_unwritten(
     moto: None, resource_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a topic whose every commit attempt loses a race, and a spent budget
-    import headwater.engine.log as log_mod
+    import headwater.engine.append as log_mod
     from headwater.errors import StorageUnavailable
 
     engine = counting_engine(Settings(resource_prefix=resource_prefix), Counter())

@@ -170,14 +170,14 @@ def test_frames_stay_through_the_grace_period_and_stale_heads_reread(
     assert head is not None and head.sealed_through == 30 and head.trimmed_through == 0
     # In-flight readers holding the pre-seal head still find every frame in the tail.
     assert len(tail_frames(aws, settings, "g")) == 3
-    res = engine._diff_sync("g", DiffRequest(from_seq=0, limit=100), old)
+    res = engine.reader.diff_sync("g", DiffRequest(from_seq=0, limit=100), old)
     assert len(res.records) == 30
     # After trimming, a reader with that stale head re-reads the head and the segments.
     quick = make_client(tiering=EAGER)
     services(quick).upkeep.run("g")
     assert tail_frames(aws, settings, "g") == []
     engine.cache.drop_topic(old.log_key)
-    res = engine._diff_sync("g", DiffRequest(from_seq=0, limit=100), old)
+    res = engine.reader.diff_sync("g", DiffRequest(from_seq=0, limit=100), old)
     assert len(res.records) == 30 and res.head.sealed_through == 30
 
 

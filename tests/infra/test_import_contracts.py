@@ -32,15 +32,28 @@ def test_every_import_contract_is_kept() -> None:
     assert "0 broken" in out.stdout
 
 
-def test_a_storage_adapter_importing_the_engine_breaks_a_contract(tmp_path: Path) -> None:
+def _copy_with(tmp_path: Path, module: str, line: str) -> Path:
+    """A copy of the package with `line` appended to `module` (a path under headwater/)."""
     copy = tmp_path / "headwater"
     shutil.copytree(
         REPO / "layers" / "headwater" / "headwater",
         copy,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    blobs = copy / "storage" / "blobs.py"
-    blobs.write_text(blobs.read_text() + "\nfrom headwater.engine import log  # noqa\n")
-    out = _lint(tmp_path)
+    target = copy / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    return tmp_path
+
+
+def test_a_storage_adapter_importing_the_engine_breaks_a_contract(tmp_path: Path) -> None:
+    out = _lint(_copy_with(tmp_path, "storage/blobs.py", "from headwater.engine import log"))
     assert out.returncode != 0
     assert "headwater.storage.blobs -> headwater.engine.log" in out.stdout, out.stdout[-3000:]
+
+
+def test_a_sibling_engine_importing_a_part_of_the_log_engine_breaks_a_contract(
+    tmp_path: Path,
+) -> None:
+    out = _lint(_copy_with(tmp_path, "engine/queue.py", "from headwater.engine import append"))
+    assert out.returncode != 0
+    assert "headwater.engine.queue -> headwater.engine.append" in out.stdout, out.stdout[-3000:]

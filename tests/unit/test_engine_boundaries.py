@@ -11,14 +11,17 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "layers" / "headwater" / "headwater"
 HOLDERS = {"log", "engine", "_log", "_engine"}  # how other modules hold the LogEngine
+# LogEngine's parts (engine/core.py, topics.py, append.py, ...): public attributes of the
+# façade, but only log.py itself reaches through them.
+PARTS = {"core", "topics", "scan", "upkeep_trigger", "appender", "reader", "ranges", "deletes"}
 
 
 def _private_reaches(text: str, where: str) -> list[str]:
     out = []
     for node in ast.walk(ast.parse(text, where)):
-        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+        if not isinstance(node, ast.Attribute):
             continue
-        if node.attr.startswith("__"):
+        if node.attr not in PARTS and (not node.attr.startswith("_") or node.attr.startswith("__")):
             continue
         holder = node.value
         name = (
@@ -45,7 +48,9 @@ def test_the_check_sees_a_private_reach() -> None:
     text = (PKG / "engine" / "queue.py").read_text()
     assert _private_reaches(text, "queue.py") == []
     probe = (
-        text + "\n\ndef _x(self, engine):\n    return self.log._io, engine._pool, self.log.run_io\n"
+        text
+        + "\n\ndef _x(self, engine):\n"
+        + "    return self.log._io, engine._pool, self.log.run_io, self.log.core.heads\n"
     )
     found = _private_reaches(probe, "queue.py")
-    assert [f.rsplit(" ", 1)[1] for f in found] == ["log._io", "engine._pool"]
+    assert [f.rsplit(" ", 1)[1] for f in found] == ["log._io", "engine._pool", "log.core"]

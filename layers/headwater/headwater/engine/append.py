@@ -1,0 +1,487 @@
+"""Appends with group commit: concurrent appends to one topic in this process queue behind
+one writer task, which commits them in groups (one frame per group) with conditional writes
+on the topic's head. Guards (a protocol layer's producer fencing, a stream's closed flag),
+idempotency keys and discard:"reject" caps are judged per request inside the group; an
+attempt that loses a race to another process is retried from the head the failed condition
+returned."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.engine import config as topic_config
+from headwater.engine.core import LogCore
+from headwater.engine.ports import (
+    MAX_TXN_ITEMS,
+    SPILL_PREFIX,
+    AppendCommit,
+    AppendRejected,
+    Head,
+    IdemEntry,
+    TagEntry,
+)
+from headwater.engine.quotas import TOPICS, TOTAL_BYTES
+from headwater.engine.records import (
+    Frame,
+    NewRecord,
+    compress_frame,
+    encode_records,
+    stored,
+)
+from headwater.engine.retention import class_window_ms
+from headwater.engine.topics import Topics
+from headwater.engine.upkeep import UpkeepTrigger
+from headwater.engine.values import AppendRequest, AppendResult, Settle
+from headwater.errors import (
+    HeadwaterError,
+    InvalidRequest,
+    OutcomeUnknown,
+    StorageUnavailable,
+    Throttled,
+    TopicFull,
+    TopicNotFound,
+)
+from headwater.names import object_key_component
+
+log = logging.getLogger(__name__)
+APPEND_BUDGET_S = 20.0
+MIN_CONFLICTS_TO_GIVE_UP = 4
+TTL_BACKSTOP_S = 7 * 86_400  # DynamoDB TTL of lossy-class frames, past their retention
+
+
+@dataclass(slots=True)
+class _Pending:
+    req: AppendRequest
+    future: asyncio.Future[AppendResult]
+    n: int
+
+
+@dataclass(slots=True)
+class GuardState:
+    """What the guards of one group commit decided: the ext to write, each admitted
+    request's note."""
+
+    ext: str
+    notes: dict[int, Any]
+
+
+@dataclass(slots=True)
+class _Writer:
+    queue: deque[_Pending] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+
+
+class Appender:
+    def __init__(self, core: LogCore, topics: Topics, upkeep: UpkeepTrigger) -> None:
+        self.core = core
+        self.topics = topics
+        self.upkeep = upkeep
+        self._writers: dict[str, _Writer] = {}
+
+    async def append(self, topic: str, req: AppendRequest) -> AppendResult:
+        loop = asyncio.get_running_loop()
+        pending = _Pending(req, loop.create_future(), len(req.records))
+        writer = self._writers.setdefault(topic, _Writer())
+        writer.queue.append(pending)
+        if writer.task is None or writer.task.done():
+            writer.task = loop.create_task(self._drain(topic, writer))
+        return await pending.future
+
+    async def _drain(self, topic: str, writer: _Writer) -> None:
+        limit = self.core.settings.group_commit_max_records
+        while writer.queue:
+            group: list[_Pending] = [writer.queue.popleft()]
+            total = group[0].n
+            while writer.queue and total + writer.queue[0].n <= limit and len(group) < 64:
+                p = writer.queue.popleft()
+                group.append(p)
+                total += p.n
+            try:
+                results = await self.core.io(self.commit_group, topic, [p.req for p in group])
+            except BaseException as exc:  # every waiter learns of the failure
+                self.core.head_cache.pop(topic, None)  # the commit's outcome may be unknown
+                for p in group:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for p, r in zip(group, results, strict=True):
+                if p.future.done():
+                    continue
+                if isinstance(r, BaseException):
+                    p.future.set_exception(r)
+                else:
+                    p.future.set_result(r)
+            self.core.notifier.notify(topic)
+            self.upkeep.after_commit(topic)
+        if writer.task is asyncio.current_task() and not writer.queue:
+            self._writers.pop(topic, None)
+
+    def commit_group(
+        self, topic: str, reqs: list[AppendRequest]
+    ) -> list[AppendResult | HeadwaterError]:
+        results: list[AppendResult | HeadwaterError | None] = [None] * len(reqs)
+        head = self.core.head_cache.get(topic)
+        verified = head is None  # read from storage now, not this process's last commit
+        if head is None:
+            head = self.core.heads.get(topic)
+        deadline = time.monotonic() + APPEND_BUDGET_S
+        conflicts = 0
+        while True:
+            live = [i for i, r in enumerate(results) if r is None]
+            if not live:
+                break
+            outcome = self.try_commit(topic, head, reqs, live, results, verified)
+            verified = True  # retries start from the head the failed condition saw, or a read
+            if outcome is None:
+                break
+            head, conflicted = outcome
+            if conflicted:
+                conflicts += 1
+                # Give up only on contention: past the budget AND after several lost races.
+                # Time spent in slow or retried storage calls (botocore retries a lost or
+                # late answer itself) is not contention, and one race lost after it must
+                # not turn an append that can still succeed into a 503.
+                if conflicts >= MIN_CONFLICTS_TO_GIVE_UP and time.monotonic() > deadline:
+                    raise StorageUnavailable(
+                        "append kept conflicting with other writers; retry",
+                        headers={"Retry-After": "1"},
+                    )
+                # Jittered backoff keeps racing processes fair under sustained contention.
+                if conflicts > 2:
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**conflicts)))
+        return [r for r in results if r is not None]
+
+    def try_commit(
+        self,
+        topic: str,
+        head: Head | None,
+        reqs: list[AppendRequest],
+        live: list[int],
+        results: list[AppendResult | HeadwaterError | None],
+        verified: bool = True,
+    ) -> tuple[Head | None, bool] | None:
+        """One attempt. Fills `results` for requests it settles; returns None when done, or
+        (fresh head, lost a race) to retry the remaining requests with.
+
+        Guards may judge on this process's cached head: when anything commits, the condition
+        proved that head current, and every verdict with it. Verdicts that write nothing
+        (a duplicate, a conflict) on an unverified head are judged again on a read."""
+        creating = head is None or head.deleted
+        creator: int | None = None
+        if creating:
+            for i in live:
+                if reqs[i].create is False:
+                    results[i] = TopicNotFound(topic)
+            live = [i for i in live if results[i] is None]
+            if not live:
+                return None
+            creator = live[0]
+            fresh = topic_config.resolve(reqs[creator].config or {})
+            base = self.topics.fresh_head(topic, head, fresh, reqs[creator].base_seq)
+        else:
+            assert head is not None
+            base = head
+        cfg = base.cfg
+
+        # discard:"reject" caps: admit requests in order while they fit, reject the rest.
+        cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
+        reject = cfg.rejects_over_cap
+        count, nbytes = base.count, base.bytes
+        admitted: list[int] = []
+        seen_keys: dict[str, int] = {}
+        window = cfg.idempotency_window_ms
+        ext = base.ext
+        guarded = False
+        provisional: list[int] = []  # settled by a guard in this attempt: redo on a retry
+        notes: dict[int, Any] = {}
+        for i in live:
+            r = reqs[i]
+            key = r.idempotency_key if window > 0 else None
+            if key is not None and key in seen_keys:
+                continue  # same key twice in one group: settled from the first below
+            n, b = len(r.records), sum(rec.size for rec in r.records)
+            if reject and ((cap_n > 0 and count + n > cap_n) or (cap_b > 0 and nbytes + b > cap_b)):
+                results[i] = TopicFull(
+                    f"topic {topic!r} is full (discard: reject)",
+                    detail={"topic": topic, "cap_records": cap_n, "cap_bytes": cap_b},
+                )
+                continue
+            if r.guard is not None:
+                guarded = True
+                tail = base.head_seq + (count - base.count)  # after the requests admitted so far
+                try:
+                    verdict = r.guard(base, ext, tail)
+                except HeadwaterError as exc:
+                    results[i] = exc
+                    provisional.append(i)
+                    continue
+                if isinstance(verdict, Settle):
+                    results[i] = AppendResult(0, 0, tail, False, True, verdict.note)
+                    provisional.append(i)
+                    continue
+                ext = verdict.ext
+                notes[i] = verdict.note
+            count, nbytes = count + n, nbytes + b
+            admitted.append(i)
+            if key is not None:
+                seen_keys[key] = i
+        if not admitted:
+            if provisional and not verified:
+                for i in provisional:
+                    results[i] = None
+                return self.core.heads.get(topic), False
+            self._settle_duplicates(reqs, live, results, seen_keys, base)
+            return None
+
+        # Resource caps (spec §11): a new topic takes a max_topics slot, the payload counts
+        # against max_total_bytes; both are given back if this attempt does not commit.
+        payload = sum(rec.size for i in admitted for rec in reqs[i].records)
+        reserved = self._reserve_append(creating, payload)
+        if isinstance(reserved, Throttled):
+            for i in admitted:
+                results[i] = reserved
+            self._settle_duplicates(reqs, live, results, seen_keys, base)
+            return None
+        committed = False
+        try:
+            outcome, committed = self._commit_admitted(
+                topic,
+                head,
+                base,
+                reqs,
+                live,
+                admitted,
+                seen_keys,
+                results,
+                creating,
+                creator,
+                GuardState(ext, notes) if guarded else None,
+            )
+            if outcome is not None:
+                for i in provisional:  # decided on a head that has since moved
+                    results[i] = None
+            return outcome
+        finally:
+            if not committed:
+                self.core.quota_release(TOPICS, reserved[0])
+                self.core.quota_release(TOTAL_BYTES, reserved[1])
+
+    def _reserve_append(self, creating: bool, payload: int) -> tuple[int, int] | Throttled:
+        if self.core.quotas is None:
+            return 0, 0
+        topic_slot = 0
+        try:
+            if creating:
+                self.core.quotas.reserve(TOPICS, 1)
+                topic_slot = 1
+            byte_slot = payload if self.core.quotas.bytes_enabled else 0
+            self.core.quotas.reserve(TOTAL_BYTES, byte_slot)
+        except Throttled as exc:
+            self.core.quota_release(TOPICS, topic_slot)
+            return exc
+        return topic_slot, byte_slot
+
+    def _commit_admitted(
+        self,
+        topic: str,
+        head: Head | None,
+        base: Head,
+        reqs: list[AppendRequest],
+        live: list[int],
+        admitted: list[int],
+        seen_keys: dict[str, int],
+        results: list[AppendResult | HeadwaterError | None],
+        creating: bool,
+        creator: int | None,
+        guard: GuardState | None = None,
+    ) -> tuple[tuple[Head | None, bool] | None, bool]:
+        """Write the admitted requests as one frame: ((retry head, conflicted) or None when
+        settled, whether the frame committed)."""
+        # Append time never goes back on a topic (several processes, skewed clocks); an
+        # append-time hint may pick an earlier time than now, but not one before the last.
+        hints = [h for i in admitted if (h := reqs[i].ts_hint) is not None]
+        now = max(hints) if len(hints) == len(admitted) else self.core.clock()
+        now = max(now, base.last_write_ts or 0)
+        cfg = base.cfg
+        epoch = base.epoch
+        window = cfg.idempotency_window_ms
+        cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
+        reject = cfg.rejects_over_cap
+        first = base.head_seq + 1
+        seq = first
+        records: list[NewRecord] = []
+        spans: dict[int, tuple[int, int]] = {}
+        for i in admitted:
+            n = len(reqs[i].records)
+            spans[i] = (seq, seq + n - 1)
+            records.extend(reqs[i].records)
+            seq += n
+        last = seq - 1
+        payload = sum(r.size for r in records)
+        blob = encode_records(records)
+        spill_key: str | None = None
+        if len(blob) > self.core.settings.spill_threshold_bytes:
+            spill_key = (
+                f"{SPILL_PREFIX}{object_key_component(topic)}/{epoch}/{last}-{uuid.uuid4().hex}"
+            )
+            self.core.blobs.put(spill_key, blob)
+        else:
+            blob = compress_frame(blob)
+
+        tags: dict[str, list[int]] = {}
+        for offset, rec in enumerate(records):
+            if rec.tag is not None:
+                tags.setdefault(rec.tag, []).append(first + offset)
+        entries = [TagEntry(t, last, tuple(s)) for t, s in tags.items()]
+        idem = [
+            IdemEntry(reqs[i].idempotency_key, *spans[i], now + window)  # type: ignore[arg-type]
+            for i in admitted
+            if reqs[i].idempotency_key is not None and window > 0
+        ]
+        inline_tags = len(entries) + len(idem) + 2 <= MAX_TXN_ITEMS
+        if len(idem) + 2 > MAX_TXN_ITEMS:
+            raise InvalidRequest("too many idempotent writes in one group")
+
+        new_head: Head | None = None
+        if creating:
+            new_head = dataclasses.replace(
+                base,
+                head_seq=last,
+                earliest_seq=base.earliest_seq,
+                count=last - first + 1,
+                bytes=payload,
+                last_write_ts=now,
+                tag_pending={} if inline_tags or not entries else {last: first},
+                unsealed_bytes=payload,
+                ext=guard.ext if guard is not None else base.ext,
+            )
+        max_count = max_bytes = None
+        if reject and not creating:
+            added_n = last - first + 1
+            max_count = cap_n - added_n if cap_n > 0 else None
+            max_bytes = cap_b - payload if cap_b > 0 else None
+        commit = AppendCommit(
+            topic=topic,
+            expected=head,
+            new_head=new_head,
+            first_seq=first,
+            last_seq=last,
+            ts=now,
+            blob=None if spill_key else blob,
+            spill_key=spill_key,
+            payload_bytes=payload,
+            tag_entries=entries if inline_tags else [],
+            tag_pending=bool(entries) and not inline_tags and not creating,
+            idem=idem,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            expires_s=self._frame_expiry_s(cfg, now),
+            ext_expected=base.ext if guard is not None and not creating else None,
+            ext_new=guard.ext if guard is not None and not creating else None,
+        )
+        try:
+            repeated = self.core.tail.commit_append(commit)
+        except AppendRejected as rej:
+            cur = rej.current_head
+            if (
+                rej.unconfirmed
+                and cur is not None
+                and cur.epoch == epoch
+                and (cur.trimmed_through >= last or cur.evict_floor > last)
+            ):
+                # An earlier attempt may have applied and its frame since been sealed away or
+                # evicted: neither writing again (a duplicate) nor refusing (maybe a lie).
+                raise OutcomeUnknown(
+                    "storage did not confirm the append and its seqs have since left the "
+                    "tail; it may or may not have applied (retry with an idempotency key)"
+                ) from rej
+            if spill_key:
+                self.core.blobs.delete_many([spill_key])
+            for i in admitted:
+                key = reqs[i].idempotency_key
+                if key is not None and key in rej.idem_hits:
+                    hit = rej.idem_hits[key] or self.core.tail.get_idempotency(base, key, now)
+                    if hit is not None:
+                        results[i] = AppendResult(
+                            hit.first_seq, hit.last_seq, base.head_seq, False, True
+                        )
+            self.core.head_cache.pop(topic, None)
+            if rej.head_conflict or not rej.idem_hits:
+                return (rej.current_head or self.core.heads.get(topic), True), False
+            return (head, False), False
+        # Committed.
+        committed = new_head or dataclasses.replace(
+            base,
+            head_seq=last,
+            count=base.count + (last - first + 1),
+            bytes=base.bytes + payload,
+            last_write_ts=now,
+            unsealed_bytes=base.unsealed_bytes + payload,
+            ext=guard.ext if guard is not None else base.ext,
+        )
+        if repeated:
+            # A lost response, retried: our commit applied, but others may have appended
+            # since, so the head after it is not known here.
+            self.core.head_cache.pop(topic, None)
+        else:
+            self.core.head_cache[topic] = committed
+            self.core.known.note(committed)
+        frame = Frame(
+            first_seq=first,
+            last_seq=last,
+            ts=now,
+            records=[stored(r, first + k, now) for k, r in enumerate(records)],
+            payload_bytes=payload,
+        )
+        self.core.cache.put(committed.log_key, frame, committed.del_ver)
+        notes = guard.notes if guard is not None else {}
+        for i in admitted:
+            results[i] = AppendResult(
+                *spans[i], last, creating and i == creator, False, notes.get(i), now
+            )
+        self._settle_duplicates(reqs, live, results, seen_keys, committed)
+        if entries and not inline_tags:
+            try:
+                self.core.tail.write_tag_entries(committed, entries)
+                self.core.heads.clear_tag_pending(committed, last)
+            except HeadwaterError:
+                # The records are committed, so the write must succeed; the head still marks
+                # the frame tag-pending and the next tag delete indexes it first.
+                log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
+        return None, True
+
+    def _frame_expiry_s(self, cfg: topic_config.TopicConfig, now: int) -> int | None:
+        """Frames of the lossy classes carry a DynamoDB TTL well past their retention: the
+        sweep reclaims them first (keeping the counters exact); DynamoDB's TTL is the
+        backstop for a deployment whose sweep never runs."""
+        window = class_window_ms(cfg, self.core.settings.tiering)
+        return (now + window) // 1000 + TTL_BACKSTOP_S if window else None
+
+    @staticmethod
+    def _settle_duplicates(
+        reqs: list[AppendRequest],
+        live: list[int],
+        results: list[AppendResult | HeadwaterError | None],
+        seen_keys: dict[str, int],
+        head: Head,
+    ) -> None:
+        for i in live:
+            key = reqs[i].idempotency_key
+            if results[i] is None and key is not None and key in seen_keys:
+                orig = results[seen_keys[key]]
+                if isinstance(orig, AppendResult):
+                    results[i] = AppendResult(
+                        orig.first_seq, orig.last_seq, head.head_seq, False, True
+                    )
+                elif orig is not None:
+                    results[i] = orig

@@ -1,0 +1,91 @@
+"""What the log engine's parts share: the ports, the settings and clock, the frame cache,
+the heads this process knows, the change notifier and the I/O pools.
+
+The parts (topics.py, append.py, scan.py, reads.py, ranges.py, deletes.py, upkeep.py) each
+hold this one object; LogEngine (log.py) is their façade, and the only one of them that
+code outside them uses."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from headwater.engine.cache import FrameCache
+from headwater.engine.heads import HeadHub, KnownHeads
+from headwater.engine.notifier import Notifier
+from headwater.engine.ports import BlobStore, Head, HeadStore, LogTailStore, SegmentStore
+from headwater.engine.quotas import Quotas
+from headwater.engine.sealed import SealedReader
+from headwater.settings import Settings
+
+T = TypeVar("T")
+
+MAX_ATTEMPTS = 200  # conditional-write retries of one operation before it answers 503
+STALE_READ_RETRIES = 4  # re-reads of a head that moved (trimmed, evicted) under a read
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogCore:
+    def __init__(
+        self,
+        heads: HeadStore,
+        tail: LogTailStore,
+        blobs: BlobStore,
+        settings: Settings,
+        clock: Callable[[], int],
+        quotas: Quotas | None,
+        segments: SegmentStore | None,
+    ) -> None:
+        self.heads = heads
+        self.tail = tail
+        self.blobs = blobs
+        self.segments = segments
+        self.settings = settings
+        self.clock = clock
+        self.quotas = quotas
+        self.cache = FrameCache(settings.frame_cache_bytes)
+        self.sealed = SealedReader(segments, blobs, self.cache) if segments else None
+        self.notifier = Notifier()
+        self.known = KnownHeads()
+        self.hub = HeadHub(
+            heads, self.known, self.notifier, lambda: settings.poll_interval_ms / 1000
+        )
+        # The head this process last committed or saw per topic: an append's starting point
+        # (its conditional write proves it current) and the upkeep trigger's input.
+        self.head_cache: dict[str, Head] = {}
+        self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="headwater-io")
+        # Background writes (watch cursor saves, upkeep, purges) run apart, so they never
+        # queue reads.
+        self.bg_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-bg")
+
+    def close(self) -> None:
+        self.hub.stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.bg_pool.shutdown(wait=False, cancel_futures=False)
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking storage call on the I/O pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def submit_io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Start a background storage write (off the read pool) without waiting for it."""
+        return asyncio.get_running_loop().run_in_executor(self.bg_pool, fn, *args)
+
+    def quota_reserve(self, name: str, amount: int) -> None:
+        if self.quotas is not None:
+            self.quotas.reserve(name, amount)
+
+    def quota_release(self, name: str, amount: int) -> None:
+        if self.quotas is not None:
+            self.quotas.release(name, amount)
+
+    def forget_head(self, topic: str) -> None:
+        """The head moved in a way reads must see: the next ones take it from storage."""
+        self.known.forget(topic)
+        self.head_cache.pop(topic, None)

@@ -1,0 +1,231 @@
+"""Record deletes: a prefix (before a seq), by routing key (tag), or given seqs; each marks
+records deleted atomically with the head's counters (in chunks of one transaction) and then
+moves the floor (earliest_seq) past a deleted prefix."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from headwater.engine.core import MAX_ATTEMPTS, LogCore
+from headwater.engine.ports import MAX_TXN_ITEMS, DeleteCommit, FrameDelete, Head, TagEntry
+from headwater.engine.quotas import TOTAL_BYTES
+from headwater.engine.records import StoredRecord
+from headwater.engine.scan import FrameScan, StaleHead
+from headwater.engine.values import DeleteResult, TagMatch
+from headwater.errors import StorageUnavailable, TopicNotFound
+
+
+def after_delete(head: Head, count: int, nbytes: int, new_es: int | None) -> Head:
+    """The head as a delete of `count` records (`nbytes`) leaves it (a queue's acks)."""
+    return dataclasses.replace(
+        head,
+        count=head.count - count,
+        bytes=head.bytes - nbytes,
+        earliest_seq=new_es if new_es is not None else head.earliest_seq,
+        del_ver=head.del_ver + 1,
+    )
+
+
+class RecordDeletes:
+    def __init__(self, core: LogCore, scan: FrameScan) -> None:
+        self.core = core
+        self.scan = scan
+
+    def delete_sync(
+        self, topic: str, before_seq: int | None, match: TagMatch | tuple[int, ...] | None
+    ) -> DeleteResult:
+        """Delete the records before `before_seq` (all when None) or, with `match`, those
+        of a routing key or at the given seqs (ascending)."""
+        c = self.core
+        for _ in range(MAX_ATTEMPTS):
+            head = c.heads.get(topic)
+            if head is None or head.deleted:
+                raise TopicNotFound(topic)
+            c.head_cache.pop(topic, None)
+            bound = head.head_seq + 1
+            upper = bound if before_seq is None else min(bound, before_seq)
+            try:
+                if match is None:
+                    outcome = self._prefix(head, upper)
+                elif isinstance(match, tuple):
+                    outcome = self._marked(head, self._frames_holding(head, match))
+                else:
+                    outcome = self._tagged(head, upper, match)
+            except StaleHead:
+                continue
+            if outcome is not None:
+                deleted, after = outcome
+                c.known.forget(topic)  # the deleted sets changed: next reads are strong
+                c.quota_release(TOTAL_BYTES, head.bytes - after.bytes)
+                return DeleteResult(deleted, after)
+        raise StorageUnavailable("delete kept conflicting; retry")
+
+    def _move_floor(self, head: Head, new_es: int, count: int = 0, nbytes: int = 0) -> bool:
+        return self.core.tail.commit_delete(
+            DeleteCommit(
+                head.topic,
+                head.epoch,
+                head.del_ver,
+                [],
+                count,
+                nbytes,
+                new_es,
+                expected_sealed=head.sealed_through,
+            )
+        )
+
+    def _prefix(self, head: Head, upper: int) -> tuple[int, Head] | None:
+        if upper <= head.earliest_seq:
+            return 0, head
+        count, nbytes = self.scan.live_between(head, head.earliest_seq, upper)
+        new_es = self.scan.first_live(head, upper)
+        if not self._move_floor(head, new_es, count, nbytes):
+            return None
+        return count, after_delete(head, count, nbytes, new_es)
+
+    def _tagged(self, head: Head, upper: int, match: TagMatch) -> tuple[int, Head] | None:
+        self.complete_tag_index(head)
+        entries = self.core.tail.tag_lookup(head, match.value, match.prefix)
+        wanted: dict[int, list[int]] = {}
+        for e in entries:
+            seqs = [s for s in e.seqs if head.earliest_seq <= s < upper]
+            if seqs:
+                wanted.setdefault(e.frame_last_seq, []).extend(seqs)
+        return self._marked(head, wanted)
+
+    def _frames_holding(self, head: Head, seqs: tuple[int, ...]) -> dict[int, list[int]]:
+        """{last seq of the frame (or segment block) holding it: [seq, ...]} for the live
+        records among `seqs`."""
+        wanted: dict[int, list[int]] = {}
+        for seq in seqs:
+            if not head.earliest_seq <= seq <= head.head_seq:
+                continue
+            for rec, frame in self.scan.records_between(head, seq, seq + 1):
+                if rec.seq == seq and seq not in frame.deleted:
+                    wanted.setdefault(frame.last_seq, []).append(seq)
+        return wanted
+
+    def _marked(self, head: Head, wanted: dict[int, list[int]]) -> tuple[int, Head] | None:
+        """Mark `wanted` ({frame last seq: seqs}) deleted, atomically with the head counters
+        (in chunks of one transaction), then move the floor past a deleted prefix."""
+        if not wanted:
+            return 0, head
+        c = self.core
+        # Sealed seqs are marked on their segment's item, the rest on their tail frame.
+        deletes: list[tuple[bool, FrameDelete]] = self._sealed_marks(
+            head,
+            sorted(s for last, ss in wanted.items() if last <= head.sealed_through for s in ss),
+        )
+        tail_wanted = {k: v for k, v in wanted.items() if k > head.sealed_through}
+        frames = c.tail.get_frames(head, list(tail_wanted)) if tail_wanted else {}
+        for last, seqs in sorted(tail_wanted.items()):
+            frame = frames.get(last)
+            if frame is None:
+                continue
+            fresh = sorted(s for s in set(seqs) if s not in frame.deleted)
+            if fresh:
+                size = sum(frame.records[s - frame.first_seq].size for s in fresh)
+                deletes.append((False, FrameDelete(last, tuple(fresh), size, frame.deleted_count)))
+        if not deletes:
+            return 0, head
+        count = sum(len(d.seqs) for _, d in deletes)
+        # A transaction holds at most 100 items: big deletes commit in chunks, each atomic
+        # with its head counters; the floor moves once at the end.
+        cur = head
+        chunk_size = MAX_TXN_ITEMS - 1
+        for i in range(0, len(deletes), chunk_size):
+            chunk = deletes[i : i + chunk_size]
+            c_n = sum(len(d.seqs) for _, d in chunk)
+            c_b = sum(d.bytes for _, d in chunk)
+            ok = c.tail.commit_delete(
+                DeleteCommit(
+                    cur.topic,
+                    cur.epoch,
+                    cur.del_ver,
+                    [d for sealed, d in chunk if not sealed],
+                    c_n,
+                    c_b,
+                    None,
+                    expected_sealed=cur.sealed_through,
+                    segments=[d for sealed, d in chunk if sealed],
+                )
+            )
+            if not ok:
+                return None if i == 0 else (sum(len(d.seqs) for _, d in deletes[:i]), cur)
+            cur = after_delete(cur, c_n, c_b, None)
+        new_es = self.scan.first_live(cur, cur.earliest_seq)
+        if new_es != cur.earliest_seq:
+            while not self._move_floor(cur, new_es):
+                fresh_head = c.heads.get(cur.topic)
+                if fresh_head is None or fresh_head.deleted:
+                    break
+                cur = fresh_head
+                new_es = self.scan.first_live(cur, cur.earliest_seq)
+            cur = dataclasses.replace(cur, earliest_seq=new_es, del_ver=cur.del_ver + 1)
+        return count, cur
+
+    def _sealed_marks(self, head: Head, seqs: list[int]) -> list[tuple[bool, FrameDelete]]:
+        """Delete marks for sealed seqs, one per segment (sizes read from their blocks)."""
+        sealed = self.core.sealed
+        if not seqs or sealed is None:
+            return []
+        by_segment: dict[int, dict[int, StoredRecord]] = {}
+        deleted_before: dict[int, int] = {}
+        records: dict[int, StoredRecord] = {}
+        for seq in seqs:
+            found = sealed.segment_after(head, seq - 1)
+            if found is None or found[0].first_seq > seq or seq in found[0].deleted:
+                continue
+            item = found[0]
+            if seq not in records:
+                for frame in sealed.frames(head, seq - 1, 1):
+                    for rec in frame.records:
+                        records[rec.seq] = rec
+            found_rec = records.get(seq)
+            if found_rec is not None:
+                deleted_before[item.last_seq] = item.deleted_count
+                by_segment.setdefault(item.last_seq, {})[seq] = found_rec
+        return [
+            (
+                True,
+                FrameDelete(
+                    last,
+                    tuple(sorted(recs)),
+                    sum(r.size for r in recs.values()),
+                    deleted_before[last],
+                ),
+            )
+            for last, recs in sorted(by_segment.items())
+        ]
+
+    def advance_floor(self, topic: str) -> None:
+        """Move earliest_seq past a deleted prefix (records deleted one by one, e.g. queue
+        acks). One attempt: a concurrent delete wins, and the next call catches up."""
+        c = self.core
+        head = c.heads.get(topic)
+        if head is None or head.deleted:
+            return
+        try:
+            floor = self.scan.first_live(head, head.earliest_seq)
+        except StaleHead:
+            return
+        if floor > head.earliest_seq and self._move_floor(head, floor):
+            c.forget_head(topic)
+
+    def complete_tag_index(self, head: Head) -> None:
+        """Index frames whose tag entries did not fit their commit (or whose writer died
+        between commit and indexing). Idempotent."""
+        if not head.tag_pending:
+            return
+        c = self.core
+        frames = c.tail.get_frames(head, list(head.tag_pending))
+        for last in head.tag_pending:
+            if last not in frames:  # evicted or trimmed since: nothing left to index
+                c.heads.clear_tag_pending(head, last)
+        for last, frame in frames.items():
+            tags: dict[str, list[int]] = {}
+            for rec in frame.records:
+                if rec.tag is not None:
+                    tags.setdefault(rec.tag, []).append(rec.seq)
+            c.tail.write_tag_entries(head, [TagEntry(t, last, tuple(s)) for t, s in tags.items()])
+            c.heads.clear_tag_pending(head, last)

@@ -13,14 +13,15 @@ import asyncio
 import time
 from typing import Any, cast
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mangum import Mangum
 
 from headwater.http.app import create_app
+from headwater.obs import function_logger
 
-logger = Logger()
+logger = function_logger()  # the core's loggers write through it too
 metrics = Metrics()
 
 # The Lambda runtime calls the handler on one thread; give it a loop explicitly (Mangum's

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -42,11 +42,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater.engine.routers import RouterEngine, StreamBatch
 from headwater.http.ws_gateway import Delivery
+from headwater.obs import function_logger
 from headwater.services import Core
 from headwater.settings import Settings
 from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
 
-logger = Logger()
+logger = function_logger()  # the core's loggers write through it too
 metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
@@ -93,14 +94,16 @@ class _Tally:
 
 
 def frame_key(record: DynamoDBRecord) -> tuple[str, int, int] | None:
-    """(topic, epoch, last seq) of a new log frame, or None for any other change."""
+    """(topic, epoch, last seq) of a new log frame, or None for any other change. Frames are
+    keyed by their first seq; the last one is the image's `ls`."""
     if record.event_name is not DynamoDBRecordEventName.INSERT or record.dynamodb is None:
         return None
     keys = record.dynamodb.keys or {}
     topic, sep, epoch = str(keys.get("pk", "")).rpartition("#")
-    if not sep or "sk" not in keys:
+    image = record.dynamodb.new_image or {}
+    if not sep or "sk" not in keys or "ls" not in image:
         return None
-    return topic, int(epoch), int(keys["sk"])
+    return topic, int(epoch), int(image["ls"])
 
 
 @metrics.log_metrics(capture_cold_start_metric=True)

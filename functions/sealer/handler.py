@@ -13,14 +13,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from headwater.obs import function_logger
 from headwater.services import Core
 from headwater.settings import Settings
 
-logger = Logger()
+logger = function_logger()  # the core's loggers write through it too
 metrics = Metrics()
 
 # Stop visiting topics this long before the timeout: the topic in hand must still finish.
@@ -37,7 +39,8 @@ def _built() -> Core:
 
 
 @metrics.log_metrics(capture_cold_start_metric=True)
-@logger.inject_lambda_context(clear_state=True)
+# The schedule's EventBridge event id: one sweep's lines, the core's warnings included.
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     core = _built()
     deadline = time.monotonic() + context.get_remaining_time_in_millis() / 1000 - SAFETY_MARGIN_S

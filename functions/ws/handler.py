@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater import jsoncodec
@@ -45,11 +45,12 @@ from headwater.http.ws_gateway import (
     now_s,
     principal_of,
 )
+from headwater.obs import function_logger
 from headwater.services import LazyServices, Services
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
 
-logger = Logger()
+logger = function_logger()  # the core's loggers write through it too
 
 # Leave this much of the invocation for the cursor write after the last backlog frame.
 SAFETY_MARGIN_S = 5.0
@@ -180,7 +181,10 @@ async def on_message(rt: Runtime, event: dict[str, Any], deadline: float) -> Non
         await asyncio.to_thread(delivery.drop_connection, cid)
 
 
-@logger.inject_lambda_context(clear_state=True)
+# API Gateway's requestContext.requestId (the same path for WebSocket events).
+@logger.inject_lambda_context(
+    correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True
+)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     rt = runtime()
     route = event.get("requestContext", {}).get("routeKey")

@@ -2,43 +2,197 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.engine.ports import AppendCommit, Head, IdemEntry, TagEntry
+from tests.fakes import Fault, MemoryAccount, MemoryStores
+
+from headwater.engine.ports import (
+    AppendCommit,
+    BlobStore,
+    Head,
+    HeadStore,
+    IdemEntry,
+    IndexCatalogueStore,
+    LeaseStore,
+    LogTailStore,
+    SegmentStore,
+    SessionStore,
+    TagEntry,
+)
+from headwater.engine.quotas import QuotaStore
 from headwater.engine.records import NewRecord, encode_records
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.index_catalogue import DynamoIndexCatalogue
+from headwater.storage.leases import DynamoLeaseStore
+from headwater.storage.quota import DynamoQuotaStore
+from headwater.storage.segments import DynamoSegmentStore
+from headwater.storage.sessions import DynamoSessionStore
 
 T0 = 1_700_000_000_000  # a fixed "now" (ms) so expiry tests are deterministic
 REC_SIZE = 10  # accounted bytes per test record
 
+# The writes the retry contract loses an answer of: the port method, the DynamoDB call its
+# adapter makes, and the fakes' operation.
+LOSSY_OPS = {
+    "commit_append": ("transact_write_items", "tail.commit_append"),
+    "commit_seal": ("transact_write_items", "segments.commit_seal"),
+    "complete": ("transact_write_items", "leases.complete"),
+    "put_ext": ("update_item", "heads.put_ext"),
+    "mark_deleted": ("put_item", "heads.mark_deleted"),
+    "reserve": ("update_item", "quota.reserve"),
+    "release": ("update_item", "quota.release"),
+    "publish": ("put_item", "catalogue.publish"),
+}
+
+
+class LossyClient:
+    """A DynamoDB client whose next `lose[op]` answers of `op` are lost after applying."""
+
+    def __init__(self, real: Any, *, fresh_tokens: bool = False) -> None:
+        self._real = real
+        self.lose: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.fresh_tokens = fresh_tokens
+
+    def __getattr__(self, name: str) -> Any:
+        from botocore.exceptions import ConnectionClosedError
+
+        fn = getattr(self._real, name)
+        if not callable(fn):
+            return fn
+
+        def call(**kw: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if self.fresh_tokens and "ClientRequestToken" in kw:
+                kw = {**kw, "ClientRequestToken": uuid.uuid4().hex}
+            out = fn(**kw)
+            if self.lose.get(name, 0) > 0:
+                self.lose[name] -= 1
+                raise ConnectionClosedError(endpoint_url="http://lost")
+            return out
+
+        return call
+
+
+@dataclass
+class Lossy:
+    """Stores over the backend's storage whose writes can lose their answer after applying:
+    `lose_next(op)` makes the next `op` (a key of LOSSY_OPS) apply, lose its answer, and be
+    re-sent as the adapter re-sends it (same token, or a fresh one with `fresh_tokens`)."""
+
+    heads: HeadStore
+    tail: LogTailStore
+    segments: SegmentStore
+    leases: LeaseStore
+    quota: QuotaStore
+    catalogue: IndexCatalogueStore
+    lose_next: Callable[[str], None]
+    fresh_tokens: bool  # re-sends carry a new token: recognised by commit ids alone
+
 
 @dataclass
 class Backend:
+    """The ports over one backend: the DynamoDB/S3 adapters over moto, DynamoDB Local or a
+    moto server (`clients` set), or the in-memory fakes (tests/fakes, `clients` None)."""
+
     name: str
     settings: Settings
-    clients: AwsClients
-    heads: DynamoHeadStore
-    tail: DynamoLogTailStore
-    blobs: S3BlobStore
+    heads: HeadStore
+    tail: LogTailStore
+    blobs: BlobStore
+    segments: SegmentStore
+    leases: LeaseStore
+    sessions: SessionStore
+    catalogue: IndexCatalogueStore
+    quota: QuotaStore
+    lossy: Callable[[bool], Lossy]  # lossy(fresh_tokens)
+    clients: AwsClients | None = None
 
     @classmethod
     def build(cls, name: str, settings: Settings, clients: AwsClients) -> Backend:
         blobs = S3BlobStore(clients.s3, settings.bucket_name)
+
+        def lossy(fresh_tokens: bool) -> Lossy:
+            client = LossyClient(clients.dynamodb, fresh_tokens=fresh_tokens)
+
+            def lose_next(op: str) -> None:
+                call = LOSSY_OPS[op][0]
+                client.lose[call] = client.lose.get(call, 0) + 1
+
+            return Lossy(
+                heads=DynamoHeadStore(client, settings),
+                tail=DynamoLogTailStore(client, settings, blobs),
+                segments=DynamoSegmentStore(client, settings),
+                leases=DynamoLeaseStore(client, settings),
+                quota=DynamoQuotaStore(client, settings),
+                catalogue=DynamoIndexCatalogue(client, settings),
+                lose_next=lose_next,
+                fresh_tokens=fresh_tokens,
+            )
+
         return cls(
             name=name,
             settings=settings,
-            clients=clients,
             heads=DynamoHeadStore(clients.dynamodb, settings),
             tail=DynamoLogTailStore(clients.dynamodb, settings, blobs),
             blobs=blobs,
+            segments=DynamoSegmentStore(clients.dynamodb, settings),
+            leases=DynamoLeaseStore(clients.dynamodb, settings),
+            sessions=DynamoSessionStore(clients.dynamodb, settings),
+            catalogue=DynamoIndexCatalogue(clients.dynamodb, settings),
+            quota=DynamoQuotaStore(clients.dynamodb, settings),
+            lossy=lossy,
+            clients=clients,
+        )
+
+    @classmethod
+    def memory(cls, settings: Settings) -> Backend:
+        stores = MemoryStores.build(MemoryAccount())
+
+        def lossy(fresh_tokens: bool) -> Lossy:
+            # other store objects over the same account (as the DynamoDB ones over a client)
+            view = MemoryStores.build(stores.account)
+
+            def lose_next(op: str) -> None:
+                view.account.arm(
+                    LOSSY_OPS[op][1], Fault.RESEND_AFTER_APPLY, fresh_token=fresh_tokens
+                )
+
+            return Lossy(
+                heads=view.heads,
+                tail=view.tail,
+                segments=view.segments,
+                leases=view.leases,
+                quota=view.quota,
+                catalogue=view.catalogue,
+                lose_next=lose_next,
+                fresh_tokens=fresh_tokens,
+            )
+
+        return cls(
+            name="memory",
+            settings=settings,
+            heads=stores.heads,
+            tail=stores.tail,
+            blobs=stores.blobs,
+            segments=stores.segments,
+            leases=stores.leases,
+            sessions=stores.sessions,
+            catalogue=stores.catalogue,
+            quota=stores.quota,
+            lossy=lossy,
         )
 
     def raw_item(self, logical: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        """An item as DynamoDB stores it (the DynamoDB backends only: tests of the item
+        encoding take the `aws_backend` fixture)."""
+        assert self.clients is not None, f"{self.name} has no DynamoDB items"
         resp = self.clients.dynamodb.get_item(
             TableName=self.settings.table_name(logical), Key=key, ConsistentRead=True
         )

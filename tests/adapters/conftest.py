@@ -1,5 +1,7 @@
 """Adapter contract fixtures: every test runs against each backend in BACKENDS.
 
+- memory: the in-memory fakes of the ports (tests/fakes), which the engine's fast unit tests
+  run on: they must keep the same contract.
 - moto: in-process `mock_aws` (what the unit and api tiers use).
 - ddblocal: the official DynamoDB Local jar (real item-size, expression and transaction
   rules) for DynamoDB, with S3 from a moto server subprocess (DynamoDB Local has no S3).
@@ -24,11 +26,12 @@ from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 
-BACKENDS = [
+AWS_BACKENDS = [
     pytest.param("moto", id="moto"),
     pytest.param("ddblocal", id="ddblocal", marks=pytest.mark.ddblocal),
     pytest.param("motoserver", id="motoserver"),
 ]
+BACKENDS = [pytest.param("memory", id="memory"), *AWS_BACKENDS]
 
 _CLIENT_CONFIG = Config(
     retries={"max_attempts": 3, "mode": "standard"},
@@ -65,15 +68,14 @@ def _client(session: boto3.Session, service: str, url: str) -> object:
     return session.client(service, endpoint_url=url, config=_CLIENT_CONFIG)
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(
-    request: pytest.FixtureRequest,
-    aws_env: None,
-    resource_prefix: str,
-    boto_session: boto3.Session,
+def _backend(
+    request: pytest.FixtureRequest, resource_prefix: str, boto_session: boto3.Session
 ) -> Iterator[Backend]:
     name: str = request.param
     settings = Settings(resource_prefix=resource_prefix)
+    if name == "memory":
+        yield Backend.memory(settings)
+        return
     if name == "moto":
         with mock_aws():
             clients = AwsClients.create(settings, session=boto_session)
@@ -92,3 +94,26 @@ def backend(
     )
     ensure_resources(settings, clients)
     yield Backend.build(name, settings, clients)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(
+    request: pytest.FixtureRequest,
+    aws_env: None,
+    resource_prefix: str,
+    boto_session: boto3.Session,
+) -> Iterator[Backend]:
+    yield from _backend(request, resource_prefix, boto_session)
+
+
+@pytest.fixture(params=AWS_BACKENDS)
+def aws_backend(
+    request: pytest.FixtureRequest,
+    aws_env: None,
+    resource_prefix: str,
+    boto_session: boto3.Session,
+) -> Iterator[Backend]:
+    """The DynamoDB/S3 backends only: for tests of how the adapters lay items out in
+    DynamoDB (TTL attributes, item encodings) or of S3's own errors, which the fakes do not
+    have (they keep values, not wire items)."""
+    yield from _backend(request, resource_prefix, boto_session)

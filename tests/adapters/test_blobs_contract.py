@@ -1,5 +1,6 @@
 """BlobStore contract (S3BlobStore), run against every backend in conftest.BACKENDS (S3 is moto
-in all three: in-process, or the moto server that also backs the DynamoDB Local runs)."""
+in the three AWS ones: in-process, or the moto server that also backs the DynamoDB Local runs;
+the in-memory fake's bucket is a dict)."""
 
 from __future__ import annotations
 
@@ -56,10 +57,12 @@ def test_delete_many_chunks_past_1000_keys(backend: Backend) -> None:
             backend.blobs.get(key)
 
 
-def test_missing_bucket_raises_storage_unavailable(backend: Backend) -> None:
+def test_missing_bucket_raises_storage_unavailable(aws_backend: Backend) -> None:
+    # S3's own error for a bucket that is not there (the fake has one bucket, always there)
     from headwater.storage.blobs import S3BlobStore
 
-    other = S3BlobStore(backend.clients.s3, backend.settings.bucket_name + "-absent")
+    assert aws_backend.clients is not None
+    other = S3BlobStore(aws_backend.clients.s3, aws_backend.settings.bucket_name + "-absent")
     with pytest.raises(StorageUnavailable):
         other.put("k", b"x")
     with pytest.raises(StorageUnavailable):

@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 from adapter_helpers import Backend
 
-from headwater.engine.ports import Catalogue
-from headwater.storage.index_catalogue import DynamoIndexCatalogue
+from headwater.engine.ports import Catalogue, IndexCatalogueStore
 
 pytestmark = pytest.mark.adapters
 
 
-def _cat(b: Backend) -> DynamoIndexCatalogue:
-    return DynamoIndexCatalogue(b.clients.dynamodb, b.settings)
+def _cat(b: Backend) -> IndexCatalogueStore:
+    return b.catalogue
 
 
 def test_first_publish_then_moves_only_from_what_was_read(backend: Backend) -> None:
@@ -50,31 +49,18 @@ def test_incarnations_and_streams_are_apart_and_delete_forgets(backend: Backend)
 
 
 def test_a_publish_whose_answer_was_lost_is_recognised_as_applied(backend: Backend) -> None:
-    # GIVEN a client whose first PutItem applies but whose answer is "lost" (botocore would
-    # re-send the same request: simulated by sending it twice through the adapter's client)
-    cat = _cat(backend)
+    # GIVEN a publish whose first attempt applies but whose answer is lost, so the adapter
+    # re-sends the same request, whose condition then fails on its own write
     start = Catalogue("g", 0, 0, 0, 1)
-    assert cat.publish("t", 1, None, start)
-    ddb = backend.clients.dynamodb
-    sent: list[dict[str, object]] = []
-    real_put = ddb.put_item
-
-    class Replaying:
-        def __getattr__(self, name: str) -> object:
-            return getattr(ddb, name)
-
-        def put_item(self, **kw: object) -> object:
-            sent.append(kw)
-            real_put(**kw)  # applies; its answer is dropped
-            return real_put(**kw)  # the re-send: its condition now fails on our own write
-
-    cat._ddb = Replaying()  # type: ignore[assignment]
+    assert _cat(backend).publish("t", 1, None, start)
+    lossy = backend.lossy(False)
+    lossy.lose_next("publish")
     moved = Catalogue("g", 40, 1, 10, 2)
-    # WHEN the retried publish's condition fails on the item its first attempt wrote
-    # THEN the adapter reports it applied (not a lost race), once
-    assert cat.publish("t", 1, start, moved) is True
-    assert len(sent) == 1
+    # WHEN it is published THEN the adapter reports it applied (not a lost race), once
+    assert lossy.catalogue.publish("t", 1, start, moved) is True
     assert _cat(backend).get("t", 1) == moved
+    # AND a builder that read the old state still loses
+    assert _cat(backend).publish("t", 1, start, Catalogue("g", 50, 2, 20, 3)) is False
 
 
 def test_lexicon_runs_are_kept_and_guard_the_publish(backend: Backend) -> None:

@@ -1,14 +1,22 @@
-"""LeaseStore contract (DynamoLeaseStore), run against every backend in conftest.BACKENDS.
-DynamoDB Local checks what moto may not: the condition and update expressions, the
-transaction item limits, and the cancellation reasons the engine reads positions from."""
+"""LeaseStore contract (DynamoLeaseStore, the in-memory fake), run against every backend in
+conftest.BACKENDS. DynamoDB Local checks what moto may not: the condition and update
+expressions, the transaction item limits, and the cancellation reasons the engine reads
+positions from."""
 
 from __future__ import annotations
 
 import pytest
 from adapter_helpers import T0, Backend, creating_commit, recs
 
-from headwater.engine.ports import CONFLICT, Guard, Head, Lease, LeaseCommit, queue_key
-from headwater.storage.leases import DynamoLeaseStore
+from headwater.engine.ports import (
+    CONFLICT,
+    Guard,
+    Head,
+    Lease,
+    LeaseCommit,
+    LeaseStore,
+    queue_key,
+)
 
 pytestmark = pytest.mark.adapters
 
@@ -20,11 +28,11 @@ def lease(seq: int, node: str | None = "w1", lid: str = "lease_a", due: int = T0
     return Lease(seq, node, lid, due, 1, 5, 10)
 
 
-def setup(backend: Backend) -> tuple[DynamoLeaseStore, Head]:
+def setup(backend: Backend) -> tuple[LeaseStore, Head]:
     backend.tail.commit_append(creating_commit("jobs", recs(5), config={"type": "queue"}))
     head = backend.heads.get("jobs")
     assert head is not None
-    return DynamoLeaseStore(backend.clients.dynamodb, backend.settings), head
+    return backend.leases, head
 
 
 def test_fresh_claim_moves_the_cursor_and_creates_leases(backend: Backend) -> None:
@@ -48,9 +56,11 @@ def test_reclaim_is_guarded_by_the_lease_seen(backend: Backend) -> None:
     store.claim(QK, (0, 2), [lease(1), lease(2)], [])
     again = Lease(1, "w2", "lease_n", T0 + 5000, 2, 5, 10)
     stale = Guard(lease_id="lease_x", due=T0 + 1000)
+    retimed = Guard(lease_id="lease_a", due=T0 + 999)  # the same lease, re-timed since
     seen = Guard(lease_id="lease_a", due=T0 + 1000)
     # positions for a reclaim-only transaction start at 1 (0 is the cursor's place)
     assert store.claim(QK, None, [], [(again, stale)]) == {1}
+    assert store.claim(QK, None, [], [(again, retimed)]) == {1}
     assert store.claim(QK, None, [], [(again, seen)]) == set()
     assert store.load(QK).leases[0] == again
     # the same guard again fails: the lease changed under it
@@ -80,7 +90,7 @@ def test_complete_deletes_records_and_leases_atomically(backend: Backend) -> Non
         QK,
         head,
         [(1, Guard(node="w1")), (3, Guard(node="w1"))],  # seq 3 is held by w2
-        [(5, 1, 10), (5, 3, 10)],
+        [(1, 1, 10), (1, 3, 10)],  # (frame key: its first seq, seq, size)
     )
     # positions: 0 head, 1 the frame, 2 and 3 the leases: only seq 3's lease fails
     assert store.complete(commit) == {3}
@@ -88,18 +98,18 @@ def test_complete_deletes_records_and_leases_atomically(backend: Backend) -> Non
     after = backend.heads.get("jobs")
     assert after is not None and after.count == 5  # nothing was written
     ok = LeaseCommit(
-        QK, head, [(1, Guard(node="w1")), (2, Guard(node="w1"))], [(5, 1, 10), (5, 2, 10)]
+        QK, head, [(1, Guard(node="w1")), (2, Guard(node="w1"))], [(1, 1, 10), (1, 2, 10)]
     )
     assert store.complete(ok) == set()
     after = backend.heads.get("jobs")
     assert after is not None
     assert (after.count, after.bytes, after.del_ver) == (3, head.bytes - 20, head.del_ver + 1)
-    frame = backend.tail.get_frames(after, [5])[5]
+    frame = backend.tail.get_frames(after, [1])[1]
     assert frame.deleted == frozenset({1, 2})
     assert [x.seq for x in store.load(QK).leases] == [3]
     # deleting an already deleted record fails on the frame (position 1): no double count
     store.claim(QK, (3, 4), [lease(4)], [])
-    again = LeaseCommit(QK, after, [(4, Guard(node="w1"))], [(5, 1, 10)])
+    again = LeaseCommit(QK, after, [(4, Guard(node="w1"))], [(1, 1, 10)])
     assert store.complete(again) == {1}
 
 
@@ -107,7 +117,7 @@ def test_complete_dead_letter_counts_and_checks_the_topic(backend: Backend) -> N
     store, head = setup(backend)
     store.claim(QK, (0, 1), [lease(1)], [])
     seen = Guard(lease_id="lease_a", due=T0 + 1000)
-    assert store.complete(LeaseCommit(QK, head, [(1, seen)], [(5, 1, 10)], 1)) == set()
+    assert store.complete(LeaseCommit(QK, head, [(1, seen)], [(1, 1, 10)], 1)) == set()
     assert store.load(QK).dead_lettered == 1
     # an orphan finish (no record) on a topic of another epoch fails on the head check
     store.claim(QK, (1, 2), [lease(2)], [])

@@ -1,5 +1,5 @@
 """Tiering adapters (segment items, frame summaries, evict/trim commits, deletes of sealed
-seqs), run against every backend in conftest.BACKENDS: moto and DynamoDB Local."""
+seqs), run against every backend in conftest.BACKENDS."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from headwater.engine.ports import (
     Head,
     SealCommit,
     SegmentItem,
+    SegmentStore,
 )
-from headwater.storage.segments import DynamoSegmentStore
 
 pytestmark = pytest.mark.adapters
 
@@ -37,8 +37,8 @@ def _segment(first: int, last: int, **kw: object) -> SegmentItem:
     return SegmentItem(**base)  # type: ignore[arg-type]
 
 
-def _store(b: Backend) -> DynamoSegmentStore:
-    return DynamoSegmentStore(b.clients.dynamodb, b.settings)
+def _store(b: Backend) -> SegmentStore:
+    return b.segments
 
 
 def _head(b: Backend, topic: str) -> Head:
@@ -114,7 +114,7 @@ def test_frame_summaries_evict_and_trim(backend: Backend) -> None:
     assert (after.earliest_seq, after.evict_floor, after.count, after.bytes) == (6, 6, 4, 40)
     assert after.evictions == ((5, "cap"),)
     assert after.unsealed_bytes == head.unsealed_bytes - 50
-    backend.tail.delete_frames(after, [2, 5])
+    backend.tail.delete_frames(after, [1, 3])  # frames are keyed by their first seq
     assert [f.last_seq for f in backend.tail.frame_summaries(after, 0, 9, 100)] == [9]
     assert backend.tail.set_trimmed(after, 5)
     assert not backend.tail.set_trimmed(after, 7)  # trimmed_through moved since

@@ -342,7 +342,7 @@ class Appender:
         for offset, rec in enumerate(records):
             if rec.tag is not None:
                 tags.setdefault(rec.tag, []).append(first + offset)
-        entries = [TagEntry(t, last, tuple(s)) for t, s in tags.items()]
+        entries = [TagEntry(t, first, tuple(s)) for t, s in tags.items()]
         idem = [
             IdemEntry(reqs[i].idempotency_key, *spans[i], now + window)  # type: ignore[arg-type]
             for i in admitted
@@ -361,7 +361,7 @@ class Appender:
                 count=last - first + 1,
                 bytes=payload,
                 last_write_ts=now,
-                tag_pending={} if inline_tags or not entries else {last: first},
+                tag_pending={} if inline_tags or not entries else {first: last},
                 unsealed_bytes=payload,
                 ext=guard.ext if guard is not None else base.ext,
             )
@@ -453,7 +453,7 @@ class Appender:
         if entries and not inline_tags:
             try:
                 self.core.tail.write_tag_entries(committed, entries)
-                self.core.heads.clear_tag_pending(committed, last)
+                self.core.heads.clear_tag_pending(committed, first)
             except HeadwaterError:
                 # The records are committed, so the write must succeed; the head still marks
                 # the frame tag-pending and the next tag delete indexes it first.

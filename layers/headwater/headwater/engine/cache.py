@@ -90,6 +90,21 @@ class FrameCache:
             self._lru.move_to_end((log_key, last_seq))
             return entry[0]
 
+    def frame_from(self, log_key: str, first_seq: int, del_ver: int) -> Frame | None:
+        """The cached frame starting at `first_seq` (a tail frame's key), if valid."""
+        with self._lock:
+            t = self._topics.get(log_key)
+            if t is None:
+                return None
+            i = bisect.bisect_left(t.keys, first_seq)
+            if i == len(t.keys):
+                return None
+            frame, ver = t.frames[t.keys[i]]
+            if ver != del_ver or frame.first_seq != first_seq:
+                return None
+            self._lru.move_to_end((log_key, frame.last_seq))
+            return frame
+
     def drop_topic(self, log_key: str) -> None:
         with self._lock:
             self._drop_topic(log_key)

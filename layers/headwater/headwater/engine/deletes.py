@@ -90,11 +90,11 @@ class RecordDeletes:
         for e in entries:
             seqs = [s for s in e.seqs if head.earliest_seq <= s < upper]
             if seqs:
-                wanted.setdefault(e.frame_last_seq, []).extend(seqs)
+                wanted.setdefault(e.frame_seq, []).extend(seqs)
         return self._marked(head, wanted)
 
     def _frames_holding(self, head: Head, seqs: tuple[int, ...]) -> dict[int, list[int]]:
-        """{last seq of the frame (or segment block) holding it: [seq, ...]} for the live
+        """{first seq of the frame (or segment block) holding it: [seq, ...]} for the live
         records among `seqs`."""
         wanted: dict[int, list[int]] = {}
         for seq in seqs:
@@ -102,30 +102,31 @@ class RecordDeletes:
                 continue
             for rec, frame in self.scan.records_between(head, seq, seq + 1):
                 if rec.seq == seq and seq not in frame.deleted:
-                    wanted.setdefault(frame.last_seq, []).append(seq)
+                    wanted.setdefault(frame.first_seq, []).append(seq)
         return wanted
 
     def _marked(self, head: Head, wanted: dict[int, list[int]]) -> tuple[int, Head] | None:
-        """Mark `wanted` ({frame last seq: seqs}) deleted, atomically with the head counters
+        """Mark `wanted` ({frame first seq: seqs}) deleted, atomically with the head counters
         (in chunks of one transaction), then move the floor past a deleted prefix."""
         if not wanted:
             return 0, head
         c = self.core
-        # Sealed seqs are marked on their segment's item, the rest on their tail frame.
+        # Sealed seqs are marked on their segment's item, the rest on their tail frame (a
+        # seal takes whole frames, so a frame is sealed iff its first seq is).
         deletes: list[tuple[bool, FrameDelete]] = self._sealed_marks(
             head,
-            sorted(s for last, ss in wanted.items() if last <= head.sealed_through for s in ss),
+            sorted(s for key, ss in wanted.items() if key <= head.sealed_through for s in ss),
         )
         tail_wanted = {k: v for k, v in wanted.items() if k > head.sealed_through}
         frames = c.tail.get_frames(head, list(tail_wanted)) if tail_wanted else {}
-        for last, seqs in sorted(tail_wanted.items()):
-            frame = frames.get(last)
+        for key, seqs in sorted(tail_wanted.items()):
+            frame = frames.get(key)
             if frame is None:
                 continue
             fresh = sorted(s for s in set(seqs) if s not in frame.deleted)
             if fresh:
                 size = sum(frame.records[s - frame.first_seq].size for s in fresh)
-                deletes.append((False, FrameDelete(last, tuple(fresh), size, frame.deleted_count)))
+                deletes.append((False, FrameDelete(key, tuple(fresh), size, frame.deleted_count)))
         if not deletes:
             return 0, head
         count = sum(len(d.seqs) for _, d in deletes)
@@ -219,13 +220,13 @@ class RecordDeletes:
             return
         c = self.core
         frames = c.tail.get_frames(head, list(head.tag_pending))
-        for last in head.tag_pending:
-            if last not in frames:  # evicted or trimmed since: nothing left to index
-                c.heads.clear_tag_pending(head, last)
-        for last, frame in frames.items():
+        for first in head.tag_pending:
+            if first not in frames:  # evicted or trimmed since: nothing left to index
+                c.heads.clear_tag_pending(head, first)
+        for first, frame in frames.items():
             tags: dict[str, list[int]] = {}
             for rec in frame.records:
                 if rec.tag is not None:
                     tags.setdefault(rec.tag, []).append(rec.seq)
-            c.tail.write_tag_entries(head, [TagEntry(t, last, tuple(s)) for t, s in tags.items()])
-            c.heads.clear_tag_pending(head, last)
+            c.tail.write_tag_entries(head, [TagEntry(t, first, tuple(s)) for t, s in tags.items()])
+            c.heads.clear_tag_pending(head, first)

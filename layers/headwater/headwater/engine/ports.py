@@ -31,7 +31,7 @@ class Head:
     last_write_ts: int | None = None
     last_read_ts: int | None = None
     del_ver: int = 0
-    tag_pending: dict[int, int] = field(default_factory=dict)  # frame last_seq -> first_seq
+    tag_pending: dict[int, int] = field(default_factory=dict)  # frame first seq -> last seq
     deleted: bool = False
     # Tiering (docs/storage.md "Tiering"): seqs <= sealed_through live in S3 segments; tail
     # frames <= trimmed_through are gone from DynamoDB; unsealed_bytes drives sealing.
@@ -65,7 +65,7 @@ class Head:
 @dataclass(frozen=True, slots=True)
 class TagEntry:
     tag: str
-    frame_last_seq: int
+    frame_seq: int  # the frame's key: its first seq
     seqs: tuple[int, ...]
 
 
@@ -113,7 +113,10 @@ class AppendCommit:
 
 @dataclass(frozen=True, slots=True)
 class FrameDelete:
-    frame_last_seq: int
+    """Delete marks for one item: a tail frame (keyed by its first seq) or a sealed segment
+    (keyed by its last seq)."""
+
+    key_seq: int
     seqs: tuple[int, ...]
     bytes: int
     expected_deleted_count: int
@@ -227,7 +230,7 @@ class HeadStore(Protocol):
     def count_live(self) -> int: ...
     def total_live_bytes(self) -> int: ...
     def touch_read(self, head: Head, ts: int) -> None: ...
-    def clear_tag_pending(self, head: Head, frame_last_seq: int) -> None: ...
+    def clear_tag_pending(self, head: Head, frame_seq: int) -> None: ...
 
 
 class LogTailStore(Protocol):
@@ -235,7 +238,8 @@ class LogTailStore(Protocol):
     def read_frames(
         self, head: Head, after_seq: int, upto_seq: int, max_records: int, max_bytes: int = 0
     ) -> list[Frame]: ...  # stops at max_records records or max_bytes payload bytes (0: none)
-    def get_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> dict[int, Frame]: ...
+    # Tail frames are keyed by their first seq (get_frames answers by it, delete_frames takes it).
+    def get_frames(self, head: Head, frame_seqs: Sequence[int]) -> dict[int, Frame]: ...
     def get_idempotency(self, head: Head, key: str, now_ms: int) -> IdemHit | None: ...
     def tag_lookup(self, head: Head, tag: str, prefix: bool) -> list[TagEntry]: ...
     def write_tag_entries(self, head: Head, entries: Sequence[TagEntry]) -> None: ...
@@ -243,7 +247,7 @@ class LogTailStore(Protocol):
     def frame_summaries(
         self, head: Head, after_seq: int, upto_seq: int, limit: int
     ) -> list[FrameSummary]: ...  # frames with last_seq > after_seq and first_seq <= upto_seq
-    def delete_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> None: ...
+    def delete_frames(self, head: Head, frame_seqs: Sequence[int]) -> None: ...
     def commit_evict(self, commit: EvictCommit) -> bool: ...
     def set_trimmed(self, head: Head, trimmed_through: int) -> bool: ...
 
@@ -329,7 +333,7 @@ class Lease:
     lease_id: str
     due: int
     deliveries: int
-    frame: int
+    frame: int  # the key (first seq) of the tail frame holding the record
     size: int
 
 
@@ -356,7 +360,8 @@ class Guard:
 @dataclass(frozen=True, slots=True)
 class LeaseCommit:
     """Jobs finished in one transaction: lease items deleted on their guards, the records
-    still live deleted from the log (frame last seq, seq, size), and a dead-letter count."""
+    still live deleted from the log (frame key: its first seq, seq, size), and a dead-letter
+    count."""
 
     qkey: str
     head: Head

@@ -217,17 +217,20 @@ class QueueEngine:
             )
         return head
 
-    def _frame(self, head: Head, last_seq: int) -> Frame | None:
-        frame = self.log.cache.frame(head.log_key, last_seq, head.del_ver)
+    def _frame(self, head: Head, key: int) -> Frame | None:
+        """The tail frame keyed `key` (its first seq), from the cache or the table."""
+        frame = self.log.cache.frame_from(head.log_key, key, head.del_ver)
         if frame is None:
-            frame = self.log.tail.get_frames(head, [last_seq]).get(last_seq)
+            frame = self.log.tail.get_frames(head, [key]).get(key)
             if frame is not None:
                 self.log.cache.put(head.log_key, frame, head.del_ver)
         return frame
 
     def _prefetch(self, head: Head, frames: set[int]) -> None:
         missing = [
-            f for f in sorted(frames) if self.log.cache.frame(head.log_key, f, head.del_ver) is None
+            f
+            for f in sorted(frames)
+            if self.log.cache.frame_from(head.log_key, f, head.del_ver) is None
         ]
         if missing:
             for frame in self.log.tail.get_frames(head, missing).values():
@@ -417,7 +420,7 @@ class QueueEngine:
         more = more or bool(dead) or bool(orphans)
 
         # Then fresh jobs above the claim cursor.
-        fresh_recs: list[tuple[StoredRecord, int]] = []  # (record, its frame's last seq)
+        fresh_recs: list[tuple[StoredRecord, int]] = []  # (record, its frame's key: first seq)
         cursor: tuple[int, int] | None = None
         need = total - len(picked)
         examined = 0
@@ -434,7 +437,7 @@ class QueueEngine:
                     last = rec.seq
                     examined += 1
                     if self._live(head, frame, rec.seq, now) is not None:
-                        fresh_recs.append((rec, frame.last_seq))
+                        fresh_recs.append((rec, frame.first_seq))
                 else:
                     continue
                 break
@@ -448,21 +451,21 @@ class QueueEngine:
         pool: list[tuple[Lease | None, StoredRecord, int]] = [
             (lease, r, lease.frame) for lease, r in picked
         ]
-        pool += [(None, r, frame_last) for r, frame_last in fresh_recs]
+        pool += [(None, r, frame_key) for r, frame_key in fresh_recs]
         fresh: list[tuple[int, Lease, StoredRecord]] = []
         reclaimed: list[tuple[int, Lease, Guard, StoredRecord]] = []
         pos = 0
         for i, n in enumerate(shares):
             c = cohort[i]
             lease_ms = clamp_lease_ms(c.lease_ms if c.lease_ms is not None else cfg.lease_ms)
-            for old, rec, frame_last in pool[pos : pos + n]:
+            for old, rec, frame_key in pool[pos : pos + n]:
                 lease = Lease(
                     seq=rec.seq,
                     node=c.node,
                     lease_id=new_lease_id(),
                     due=now + lease_ms,
                     deliveries=(old.deliveries if old is not None else 0) + 1,
-                    frame=frame_last,
+                    frame=frame_key,
                     size=rec.size,
                 )
                 if old is None:
@@ -640,13 +643,13 @@ class QueueEngine:
                 if fresh is None or fresh.deleted or fresh.epoch != head.epoch:
                     raise TopicNotFound(head.topic)
                 head = fresh
-            for k, frame_last in enumerate(record_frames, start=1):
+            for k, frame_key in enumerate(record_frames, start=1):
                 if k in failed:
-                    frame = self.log.tail.get_frames(head, [frame_last]).get(frame_last)
+                    frame = self.log.tail.get_frames(head, [frame_key]).get(frame_key)
                     if frame is not None:
                         gone.update(frame.deleted)
                     else:  # the frame itself is gone: so are its records
-                        gone.update(seq for f, seq, _ in records if f == frame_last)
+                        gone.update(seq for f, seq, _ in records if f == frame_key)
             base = 1 + len(record_frames)
             lost = {chunk[k - base][0].seq for k in failed if k >= base}
             pending = [t for t in pending if t[0].seq not in lost]

@@ -250,7 +250,7 @@ class Upkeep:
     def _delete_frames(self, head: Head, frames: list[FrameSummary]) -> None:
         """Tail frame items, then the S3 objects of those that were spilled."""
         if frames:
-            self.log.tail.delete_frames(head, [f.last_seq for f in frames])
+            self.log.tail.delete_frames(head, [f.first_seq for f in frames])
             spilled = [f.spill_key for f in frames if f.spill_key]
             if spilled:
                 self.log.blobs.delete_many(spilled)
@@ -278,7 +278,7 @@ class Upkeep:
             return None
         start = max(head.sealed_through, head.earliest_seq - 1)
         limit = head.head_seq
-        pending = [first for first in head.tag_pending.values() if first >= head.earliest_seq]
+        pending = [first for first in head.tag_pending if first >= head.earliest_seq]
         if pending:  # frames whose tag entries are not written yet stay in the tail
             limit = min(limit, min(pending) - 1)
         if limit <= start:

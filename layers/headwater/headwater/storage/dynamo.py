@@ -308,14 +308,14 @@ class DynamoHeadStore:
         except BotoCoreError as exc:
             raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
 
-    def clear_tag_pending(self, head: Head, frame_last_seq: int) -> None:
+    def clear_tag_pending(self, head: Head, frame_seq: int) -> None:
         try:
             self._ddb.update_item(
                 TableName=self._table,
                 Key={"pk": _s(head.topic)},
                 UpdateExpression="REMOVE tp.#k",
                 ConditionExpression="ep = :ep",
-                ExpressionAttributeNames={"#k": str(frame_last_seq)},
+                ExpressionAttributeNames={"#k": str(frame_seq)},
                 ExpressionAttributeValues={":ep": _n(head.epoch)},
             )
         except ClientError as exc:
@@ -325,9 +325,9 @@ class DynamoHeadStore:
             raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
 
 
-def _tag_sk(tag: str, frame_last_seq: int) -> str:
+def _tag_sk(tag: str, frame_seq: int) -> str:
     # The fixed-width suffix makes the tag recoverable exactly whatever bytes it contains.
-    return f"{tag}\x00{frame_last_seq:020d}"
+    return f"{tag}\x00{frame_seq:020d}"
 
 
 class DynamoLogTailStore:
@@ -349,8 +349,10 @@ class DynamoLogTailStore:
         items: list[dict[str, Any]] = [self._head_op(c, cid)]
         frame: dict[str, Any] = {
             "pk": _s(f"{c.topic}#{(c.new_head or c.expected).epoch}"),  # type: ignore[union-attr]
-            "sk": _n(c.last_seq),
-            "fs": _n(c.first_seq),
+            # Keyed by its first seq: two writers that start from the same tail meet on one
+            # key, whatever their lengths, so the put's condition alone keeps seqs unique.
+            "sk": _n(c.first_seq),
+            "ls": _n(c.last_seq),
             "ts": _n(c.ts),
             "sz": _n(c.payload_bytes),
             "dn": _n(0),
@@ -384,7 +386,7 @@ class DynamoLogTailStore:
                         "TableName": self._index_table,
                         "Item": {
                             "pk": _s(tag_pk),
-                            "sk": _s(_tag_sk(e.tag, e.frame_last_seq)),
+                            "sk": _s(_tag_sk(e.tag, e.frame_seq)),
                             "q": _s(",".join(map(str, e.seqs))),
                         },
                     }
@@ -480,9 +482,9 @@ class DynamoLogTailStore:
             ":ep": _n(h.epoch),
         }
         if c.tag_pending:
-            sets.append("tp.#k = :fs")
-            names["#k"] = str(c.last_seq)
-            values[":fs"] = _n(c.first_seq)
+            sets.append("tp.#k = :ls")
+            names["#k"] = str(c.first_seq)
+            values[":ls"] = _n(c.last_seq)
         cond_s = "ep = :ep AND hs = :h AND attribute_not_exists(dl)"
         if c.ext_expected is not None:
             ext_cond, ext_values = _ext_condition(c.ext_expected)
@@ -523,8 +525,8 @@ class DynamoLogTailStore:
     def _frame_from_item(
         self, item: dict[str, Any], blobs: dict[str, bytes] | None = None
     ) -> Frame:
-        first = _i(item, "fs")
-        last = _i(item, "sk")
+        first = _i(item, "sk")
+        last = _i(item, "ls")
         ts = _i(item, "ts")
         if "s3" in item:
             key = item["s3"]["S"]
@@ -547,14 +549,14 @@ class DynamoLogTailStore:
         self, head: Head, after_seq: int, upto_seq: int, max_records: int, max_bytes: int = 0
     ) -> list[Frame]:
         if upto_seq <= after_seq:
-            return []  # empty range (the query below would fetch the frame keyed after_seq + 1)
+            return []  # empty range
         kwargs: dict[str, Any] = {
             "TableName": self._log_table,
             "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
             "ExpressionAttributeValues": {
                 ":pk": _s(head.log_key),
                 ":lo": _n(after_seq + 1),
-                ":hi": _n(max(upto_seq, after_seq + 1)),
+                ":hi": _n(upto_seq),
             },
             "ConsistentRead": True,
             "Limit": 8,
@@ -566,7 +568,7 @@ class DynamoLogTailStore:
             resp = _call(self._ddb.query, **kwargs)
             for item in resp.get("Items", []):
                 items.append(item)
-                got += _i(item, "sk") - max(_i(item, "fs"), after_seq + 1) + 1
+                got += _i(item, "ls") - _i(item, "sk") + 1
                 nbytes += _i(item, "sz")
                 full = got >= max_records or 0 < max_bytes <= nbytes
                 if full:
@@ -576,24 +578,39 @@ class DynamoLogTailStore:
                 break
             kwargs["ExclusiveStartKey"] = lek
             kwargs["Limit"] = min(kwargs["Limit"] * 2, 64)
-        frames = self._frames_from_items(items)
-        if full or (frames and frames[-1].last_seq >= upto_seq):
-            return frames
-        # The frame holding upto_seq may end above it (frames are keyed by their last seq).
-        kwargs.pop("ExclusiveStartKey", None)
-        kwargs["KeyConditionExpression"] = "pk = :pk AND sk > :hi"
-        del kwargs["ExpressionAttributeValues"][":lo"]
-        kwargs["Limit"] = 1
-        resp = _call(self._ddb.query, **kwargs)
-        for item in resp.get("Items", []):
-            f = self._frame_from_item(item)
-            if f.first_seq <= upto_seq:
-                frames.append(f)
-        return frames
+        if not items or _i(items[0], "sk") > after_seq + 1:
+            holding = self._frame_holding(head, after_seq, None)
+            if holding is not None:
+                items = _within(
+                    [holding, *items], after_seq, max_records, max_bytes
+                )  # the budget counts the holding frame's records first
+        return self._frames_from_items(items)
 
-    def get_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> dict[int, Frame]:
+    def _frame_holding(
+        self, head: Head, after_seq: int, projection: str | None
+    ) -> dict[str, Any] | None:
+        """The frame that starts at or before `after_seq` and ends after it (a cursor inside a
+        frame: frames are keyed by their first seq), or None."""
+        if after_seq < 1:
+            return None
+        kwargs: dict[str, Any] = {
+            "TableName": self._log_table,
+            "KeyConditionExpression": "pk = :pk AND sk <= :a",
+            "ExpressionAttributeValues": {":pk": _s(head.log_key), ":a": _n(after_seq)},
+            "ScanIndexForward": False,
+            "ConsistentRead": True,
+            "Limit": 1,
+        }
+        if projection:
+            kwargs["ProjectionExpression"] = projection
+        for item in _call(self._ddb.query, **kwargs).get("Items", []):
+            if _i(item, "ls") > after_seq:
+                return dict(item)
+        return None
+
+    def get_frames(self, head: Head, frame_seqs: Sequence[int]) -> dict[int, Frame]:
         out: dict[int, Frame] = {}
-        wanted = sorted(set(frame_last_seqs))
+        wanted = sorted(set(frame_seqs))
         for i in range(0, len(wanted), _BATCH_GET_MAX):
             keys = [{"pk": _s(head.log_key), "sk": _n(s)} for s in wanted[i : i + _BATCH_GET_MAX]]
             request: dict[str, Any] = {self._log_table: {"Keys": keys, "ConsistentRead": True}}
@@ -601,7 +618,7 @@ class DynamoLogTailStore:
                 resp = _call(self._ddb.batch_get_item, RequestItems=request)
                 for item in resp.get("Responses", {}).get(self._log_table, []):
                     f = self._frame_from_item(item)
-                    out[f.last_seq] = f
+                    out[f.first_seq] = f
                 request = resp.get("UnprocessedKeys") or {}
         return out
 
@@ -635,11 +652,11 @@ class DynamoLogTailStore:
             resp = _call(self._ddb.query, **kwargs)
             for item in resp.get("Items", []):
                 sk = item["sk"]["S"]
-                entry_tag, frame_last = sk[:-21], int(sk[-20:])
+                entry_tag, frame_seq = sk[:-21], int(sk[-20:])
                 if not prefix and entry_tag != tag:
                     continue
                 seqs = tuple(int(x) for x in item["q"]["S"].split(",") if x)
-                out.append(TagEntry(entry_tag, frame_last, seqs))
+                out.append(TagEntry(entry_tag, frame_seq, seqs))
             lek = resp.get("LastEvaluatedKey")
             if not lek:
                 return out
@@ -652,7 +669,7 @@ class DynamoLogTailStore:
                 "PutRequest": {
                     "Item": {
                         "pk": _s(pk),
-                        "sk": _s(_tag_sk(e.tag, e.frame_last_seq)),
+                        "sk": _s(_tag_sk(e.tag, e.frame_seq)),
                         "q": _s(",".join(map(str, e.seqs))),
                     }
                 }
@@ -697,11 +714,11 @@ class DynamoLogTailStore:
         log_pk = f"{d.topic}#{d.epoch}"
         for fd in d.frames:
             items.append(
-                _delete_marks(self._log_table, {"pk": _s(log_pk), "sk": _n(fd.frame_last_seq)}, fd)
+                _delete_marks(self._log_table, {"pk": _s(log_pk), "sk": _n(fd.key_seq)}, fd)
             )
         seg_pk = segment_pk(d.topic, d.epoch)
         for fd in d.segments:
-            key = {"pk": _s(seg_pk), "sk": _s(segment_sk(fd.frame_last_seq))}
+            key = {"pk": _s(seg_pk), "sk": _s(segment_sk(fd.key_seq))}
             items.append(_delete_marks(self._index_table, key, fd))
         outcome = transact(self._ddb, items, cid)
         # the head holding our commit id: an earlier attempt applied (its dv step shows it)
@@ -711,39 +728,33 @@ class DynamoLogTailStore:
     def frame_summaries(
         self, head: Head, after_seq: int, upto_seq: int, limit: int
     ) -> list[FrameSummary]:
+        projection = "sk, ls, ts, sz, dn, dz, s3"
         kwargs: dict[str, Any] = {
             "TableName": self._log_table,
             "KeyConditionExpression": "pk = :pk AND sk > :lo",
             "ExpressionAttributeValues": {":pk": _s(head.log_key), ":lo": _n(after_seq)},
-            "ProjectionExpression": "sk, fs, ts, sz, dn, dz, s3",
+            "ProjectionExpression": projection,
             "ConsistentRead": True,
         }
         out: list[FrameSummary] = []
+        holding = self._frame_holding(head, after_seq, projection) if limit > 0 else None
+        if holding is not None and _i(holding, "sk") <= upto_seq:
+            out.append(_summary(holding))
         while len(out) < limit:
             kwargs["Limit"] = min(1000, limit - len(out))
             resp = _call(self._ddb.query, **kwargs)
             for it in resp.get("Items", []):
-                if _i(it, "fs") > upto_seq:
+                if _i(it, "sk") > upto_seq:
                     return out
-                out.append(
-                    FrameSummary(
-                        first_seq=_i(it, "fs"),
-                        last_seq=_i(it, "sk"),
-                        ts=_i(it, "ts"),
-                        bytes=_i(it, "sz"),
-                        deleted_count=_i(it, "dn"),
-                        deleted_bytes=_i(it, "dz"),
-                        spill_key=it["s3"]["S"] if "s3" in it else None,
-                    )
-                )
+                out.append(_summary(it))
             lek = resp.get("LastEvaluatedKey")
             if not lek:
                 break
             kwargs["ExclusiveStartKey"] = lek
         return out
 
-    def delete_frames(self, head: Head, frame_last_seqs: Sequence[int]) -> None:
-        keys = [{"pk": _s(head.log_key), "sk": _n(s)} for s in frame_last_seqs]
+    def delete_frames(self, head: Head, frame_seqs: Sequence[int]) -> None:
+        keys = [{"pk": _s(head.log_key), "sk": _n(s)} for s in frame_seqs]
         batch_delete(self._ddb, self._log_table, keys)
 
     def commit_evict(self, c: EvictCommit) -> bool:
@@ -786,6 +797,32 @@ class DynamoLogTailStore:
                 ":ep": _n(head.epoch),
             },
         )
+
+
+def _within(
+    items: list[dict[str, Any]], after_seq: int, max_records: int, max_bytes: int
+) -> list[dict[str, Any]]:
+    """The leading frame items up to and including the one that fills the budget (records
+    after `after_seq`, payload bytes)."""
+    got = nbytes = 0
+    for n, item in enumerate(items, start=1):
+        got += _i(item, "ls") - max(_i(item, "sk"), after_seq + 1) + 1
+        nbytes += _i(item, "sz")
+        if got >= max_records or 0 < max_bytes <= nbytes:
+            return items[:n]
+    return items
+
+
+def _summary(it: dict[str, Any]) -> FrameSummary:
+    return FrameSummary(
+        first_seq=_i(it, "sk"),
+        last_seq=_i(it, "ls"),
+        ts=_i(it, "ts"),
+        bytes=_i(it, "sz"),
+        deleted_count=_i(it, "dn"),
+        deleted_bytes=_i(it, "dz"),
+        spill_key=it["s3"]["S"] if "s3" in it else None,
+    )
 
 
 def _delete_marks(table: str, key: dict[str, Any], fd: FrameDelete) -> dict[str, Any]:

@@ -5,8 +5,8 @@ One partition per queue instance, pk = "q#<topic>#<epoch>" (a recreated topic st
   once) and the cumulative `dl` (dead-lettered) counter.
 - sk = seq, one lease item per job handed out and not yet completed: holder `nd` (absent once
   released by a nack), lease id `lid`, `due` (the deadline while held, the visible-at time
-  once released), delivery count `dv`, and the frame (`fl`) and size (`sz`) of its record, so
-  an ack deletes the record without reading it.
+  once released), delivery count `dv`, and the frame key (`fl`, its first seq) and size
+  (`sz`) of its record, so an ack deletes the record without reading it.
 
 A seq <= cur with no lease item is done (acked or dead-lettered). A job is claimable when it
 is above the cursor, or its lease item's `due` has passed. Every change is a conditional

@@ -1,0 +1,171 @@
+"""In-memory HeadStore: the heads table of a MemoryAccount. Every conditional write is
+judged under the account's lock, records its commit id on the head (as the DynamoDB adapter
+does), and counts a failed condition on a head holding its own commit id as success: the
+re-send of a write whose answer was lost."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from headwater.engine.ports import Head
+from tests.fakes.storage import HeadRow, MemoryAccount, Send
+
+
+def stored_head(head: Head) -> Head:
+    """A head as storage keeps it: config as JSON (so a caller's later changes to its dict
+    do not reach storage) and a private tag_pending map."""
+    return dataclasses.replace(
+        head,
+        config=json.loads(json.dumps(head.config, sort_keys=True)),
+        tag_pending=dict(head.tag_pending),
+    )
+
+
+def read_head(head: Head) -> Head:
+    """A stored head as a read returns it: fresh maps, unsealed bytes never below 0."""
+    return dataclasses.replace(
+        head,
+        config=json.loads(json.dumps(head.config)),
+        tag_pending=dict(head.tag_pending),
+        unsealed_bytes=max(0, head.unsealed_bytes),
+    )
+
+
+def ext_holds(head: Head, expected: str) -> bool:
+    return head.ext == expected
+
+
+class MemoryHeadStore:
+    def __init__(self, account: MemoryAccount) -> None:
+        self.account = account
+
+    # --- reads --------------------------------------------------------------------------
+    def get(self, topic: str, *, consistent: bool = True) -> Head | None:
+        with self.account.lock:
+            row = self.account.heads.get(topic)
+            return read_head(row.head) if row is not None else None
+
+    def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:
+        with self.account.lock:
+            return {
+                t: read_head(self.account.heads[t].head)
+                for t in dict.fromkeys(topics)
+                if t in self.account.heads
+            }
+
+    def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]:
+        with self.account.lock:
+            names = sorted(
+                t
+                for t, row in self.account.heads.items()
+                if not row.head.deleted and t.startswith(prefix) and (after is None or t > after)
+            )
+            return [read_head(self.account.heads[t].head) for t in names[:limit]]
+
+    def count_live(self) -> int:
+        with self.account.lock:
+            return sum(1 for row in self.account.heads.values() if not row.head.deleted)
+
+    def total_live_bytes(self) -> int:
+        with self.account.lock:
+            return sum(
+                row.head.bytes for row in self.account.heads.values() if not row.head.deleted
+            )
+
+    # --- conditional writes -------------------------------------------------------------
+    def _write(
+        self,
+        op: str,
+        topic: str,
+        condition: Callable[[Head | None], bool],
+        new: Callable[[Head | None], Head],
+    ) -> bool:
+        """One retry-safe conditional put/update of a head (storage/ddb.py write_once)."""
+        cid = self.account.new_cid()
+
+        def attempt(send: Send) -> bool:
+            with self.account.lock:
+                row = self.account.heads.get(topic)
+                current = row.head if row is not None else None
+                if not condition(current):
+                    return row is not None and row.hc == cid  # our earlier attempt applied
+                self.account.heads[topic] = HeadRow(new(current), cid)
+                return True
+
+        return self.account.run(f"heads.{op}", attempt)
+
+    def create(self, head: Head, *, replacing: Head | None) -> bool:
+        def condition(cur: Head | None) -> bool:
+            if replacing is None:
+                return cur is None
+            return cur is not None and cur.deleted and cur.epoch == replacing.epoch
+
+        return self._write("create", head.topic, condition, lambda _: stored_head(head))
+
+    def put_config(self, head: Head, config: dict[str, Any]) -> bool:
+        return self._write(
+            "put_config",
+            head.topic,
+            lambda cur: _live_epoch(cur, head.epoch),
+            lambda cur: stored_head(dataclasses.replace(_some(cur), config=config)),
+        )
+
+    def put_ext(self, head: Head, ext: str) -> bool:
+        if not ext:
+            raise ValueError("ext must not be empty")
+        return self._write(
+            "put_ext",
+            head.topic,
+            lambda cur: (
+                _live_epoch(cur, head.epoch)
+                and _some(cur).head_seq == head.head_seq
+                and ext_holds(_some(cur), head.ext)
+            ),
+            lambda cur: dataclasses.replace(_some(cur), ext=ext),
+        )
+
+    def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
+        marker = Head(
+            topic=head.topic,
+            epoch=head.epoch,
+            deleted=True,
+            config=head.config,
+            prev_head_seq=head.head_seq,
+        )
+
+        def condition(cur: Head | None) -> bool:
+            if not _live_epoch(cur, head.epoch):
+                return False
+            cur = _some(cur)
+            if if_empty and cur.count != 0:
+                return False
+            return if_ext is None or ext_holds(cur, if_ext)
+
+        return self._write("mark_deleted", head.topic, condition, lambda _: stored_head(marker))
+
+    # --- unconditional-in-effect updates (no commit id: nothing re-sends them) ----------
+    def touch_read(self, head: Head, ts: int) -> None:
+        with self.account.lock:
+            row = self.account.heads.get(head.topic)
+            if row is not None and _live_epoch(row.head, head.epoch):
+                row.head = dataclasses.replace(row.head, last_read_ts=ts)
+
+    def clear_tag_pending(self, head: Head, frame_seq: int) -> None:
+        with self.account.lock:
+            row = self.account.heads.get(head.topic)
+            if row is not None and row.head.epoch == head.epoch:
+                pending = {k: v for k, v in row.head.tag_pending.items() if k != frame_seq}
+                row.head = dataclasses.replace(row.head, tag_pending=pending)
+
+
+def _some(head: Head | None) -> Head:
+    assert head is not None
+    return head
+
+
+def _live_epoch(head: Head | None, epoch: int) -> bool:
+    """The head exists, is live (not a deleted marker) and is of this epoch."""
+    return head is not None and not head.deleted and head.epoch == epoch

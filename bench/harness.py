@@ -57,6 +57,15 @@ PRICES: dict[str, Any] = {
     "s3_get_per_thousand": 0.0004,
     "lambda_request_per_million": 0.20,
     "lambda_gb_second": 0.0000166667,
+    # Lambda Managed Instances (bench/bench_scale_model.py), us-east-1: $0.20 per million
+    # requests and the EC2 on-demand price of the instances plus a 15% management fee, no
+    # GB-second charge (aws.amazon.com/lambda/pricing, as transcribed 2026-09); the instance
+    # is an m7g.large (2 vCPU, 8 GiB), Linux on demand $0.0816/h (a June 2026 price table;
+    # confirm at aws.amazon.com/ec2/pricing/on-demand).
+    "lmi_request_per_million": 0.20,
+    "lmi_management_fee": 0.15,
+    "lmi_instance": "m7g.large",
+    "lmi_instance_hour": 0.0816,
 }
 LAMBDA_MEMORY_GB = 1.0  # template.yaml MemorySize: 1024
 AWS_CALL_MS = 8.0  # assumed DynamoDB/S3 round trip from Lambda, for the duration estimate

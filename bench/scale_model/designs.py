@@ -1,0 +1,141 @@
+"""What the engine writes per append (Inputs) and the designs the model compares.
+
+A design is data: what one commit writes (head and frame items, under which keys, in a
+transaction or not), how seqs are decided, and where requests run. Inputs are what design
+(a) measures locally (measure.py); DEFAULT_INPUTS are the recorded figures --quick uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What the engine writes and spends per append, measured locally (or recorded)."""
+
+    record_bytes: int = 1024
+    head_kb: int = 1  # head write, KB units (an Update is billed >= 1 KB)
+    frame_overhead_bytes: float = 350.0  # frame item bytes = overhead + n x per_record
+    frame_bytes_per_record: float = 776.0  # random 1 KB JSON records compress ~25%
+    pointer_kb: int = 1  # a spilled frame's item (S3 pointer)
+    spill_bytes: int = 64 * 1024  # Settings.spill_threshold_bytes
+    cpu_ms_request: float = 0.37  # server CPU per append request (HTTP, parse, reply)
+    cpu_ms_commit: float = 2.9  # server CPU per commit (build + sign + parse the call)
+    cpu_ms_record: float = 0.033  # server CPU per record of a request (parse, pack)
+    source: str = "defaults"
+
+    def frame_bytes(self, records: int) -> float:
+        return self.frame_overhead_bytes + records * self.frame_bytes_per_record
+
+    def frame_kb(self, records: int, spill_bytes: int | None = None) -> int:
+        """KB units of one frame item holding `records` records (0: spilled to S3)."""
+        size = self.frame_bytes(records)
+        limit = self.spill_bytes if spill_bytes is None else spill_bytes
+        return 0 if size > limit else max(1, math.ceil(size / 1024))
+
+
+# What measure_local() and cpu_from_bench_v0() gave on this machine (2026-11-26, eb158ce and
+# its working tree; frames: 1 record = 1,126 B, 32 records = 25,177 B), used when --quick or
+# --no-measure skips the measurement.
+DEFAULT_INPUTS = Inputs(source="recorded local measurement (--quick)")
+
+
+@dataclass(frozen=True, slots=True)
+class Design:
+    """What one commit writes and where requests run.
+
+    sequencer: how a commit gets its seqs.
+      "head": conditional on the head's seq (today: TransactWriteItems of head + frame); a
+              loser learns the winner's head from the failed condition.
+      "frame": a conditional PutItem of the frame at the next frame number; a loser learns
+              only that this frame exists, so it reads the newest frame (1 RRU) and retries.
+      "counter": an unconditional UpdateItem ADD on the head reserves the seqs, then the
+              frame is put (never conflicts; two calls per commit)."""
+
+    key: str
+    name: str
+    description: str
+    compute: str = "lambda"  # "lambda": 1 request per environment | "managed": LMI + LWA
+    per_env_concurrency: int = 1  # K (managed)
+    transaction: bool = True  # head + frame in one TransactWriteItems
+    sequencer: str = "head"
+    head_every: int = 1  # a separate head write once per this many frames (not "head")
+    frame_keys: int = 1  # P: frame f goes under key topic#(f mod P)
+    max_group: int = 64  # requests merged into one commit (engine/log.py)
+    records_per_request: int = 1
+    spill_bytes: int | None = None  # frames larger than this go to S3 (None: the engine's)
+    writer_inflight: int = 1  # commits in flight per topic per process ("counter" only)
+
+
+DESIGNS: tuple[Design, ...] = (
+    Design("a", "today", "TransactWriteItems head+frame per commit, standard Lambda"),
+    Design(
+        "b",
+        "put-frame",
+        "conditional PutItem of the frame, head every 16 frames, standard Lambda",
+        transaction=False,
+        sequencer="frame",
+        head_every=16,
+    ),
+    Design(
+        "c",
+        "lmi-group",
+        "(b) on Managed Instances + Web Adapter, K=64, group commit",
+        compute="managed",
+        per_env_concurrency=64,
+        transaction=False,
+        sequencer="frame",
+        head_every=16,
+    ),
+    Design(
+        "d",
+        "lmi-group-p8",
+        "(c) with frames spread over 8 partition keys",
+        compute="managed",
+        per_env_concurrency=64,
+        transaction=False,
+        sequencer="frame",
+        head_every=16,
+        frame_keys=8,
+    ),
+    Design(
+        "a100",
+        "today-b100",
+        "(a) with clients sending batches of 100 records",
+        records_per_request=100,
+    ),
+    # Not one of the issue's designs and not a proposal: the nearest to the part-2 target the
+    # model found (seqs from an atomic counter on the head: no races between environments;
+    # every frame in S3 behind a small pointer item: ~0.02 WRU and 1/64 PUT per record).
+    Design(
+        "e",
+        "probe-counter-s3",
+        "probe: LMI K=128, head counter reserves seqs, every frame to S3, groups <= 256",
+        compute="managed",
+        per_env_concurrency=128,
+        transaction=False,
+        sequencer="counter",
+        max_group=256,
+        spill_bytes=0,
+    ),
+)
+
+
+def commit_units(design: Design, inputs: Inputs, records: int) -> dict[str, float]:
+    """What one commit of `records` records writes when it wins at once: WRU on the head
+    key and on the frame's key, write calls, and S3 PUTs (a spilled frame)."""
+    kb = inputs.frame_kb(records, design.spill_bytes)
+    s3 = 0.0 if kb else 1.0
+    mult = 2 if design.transaction else 1
+    head: float
+    calls: float
+    if design.sequencer == "head":
+        head, calls = float(inputs.head_kb * mult), 1.0
+    elif design.sequencer == "counter":
+        head, calls = float(inputs.head_kb), 2.0
+    else:  # "frame": the head is written once per head_every frames, by a separate call
+        every = 1 / design.head_every if design.head_every else 0.0
+        head, calls = inputs.head_kb * every, 1.0 + every
+    return {"head": head, "log": (kb or inputs.pointer_kb) * mult, "calls": calls, "s3": s3}

@@ -1,0 +1,268 @@
+"""bench/scale_model: the discrete-event model of appends on AWS. Properties that
+can fail: a partition key caps a design at its bucket rate, spreading frames over P keys
+lifts that cap until another key binds, costs are WRU x price + requests, the same seed gives
+the same run, throttled writes are retried (and fail after the attempts and the re-send
+budget), throttling costs latency; and a quick run of the entry point prints and writes its
+tables."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench import bench_scale_model
+from bench.harness import PRICES
+from bench.scale_model.aws import Platform
+from bench.scale_model.cli import MANY_TOPIC_DESIGNS, QUICK_CLIENTS, QUICK_TOPICS
+from bench.scale_model.designs import DEFAULT_INPUTS, DESIGNS, Design, commit_units
+from bench.scale_model.measure import cpu_from_bench_v0, fit_frames
+from bench.scale_model.model import FAIL, OK, TXN, WRITE, Model, simulate
+from bench.scale_model.sim import Bucket, Proc
+
+# List prices, us-east-1, restated here so that a change to PRICES has to change this too.
+WRU = 0.625 / 1e6
+RRU = 0.125 / 1e6
+LAMBDA_REQUEST = 0.20 / 1e6
+LAMBDA_GB_S = 0.0000166667
+S3_PUT = 0.005 / 1e3
+LMI_INSTANCE_S = 0.0816 * 1.15 / 3600  # m7g.large + 15% management fee, per second
+
+
+def _design(key: str) -> Design:
+    return next(d for d in DESIGNS if d.key == key)
+
+
+def _run(design: Design, clients: int, **kw: Any) -> dict[str, Any]:
+    model = Model(design, clients, **kw)
+    return model.run(warmup_s=1.0, min_window_s=2.0, max_window_s=2.0, target_records=0)
+
+
+def test_one_partition_key_caps_design_a_at_its_bucket_rate() -> None:
+    # GIVEN today's design (6 WRU per append: 4 on the log key, 2 on the head) and 1,000
+    # clients on standard Lambda
+    r = _run(_design("a"), 1000)
+    p = Platform()
+    # THEN no key consumes more than its rate (plus at most one bucket depth in the window)
+    cap = p.key_wru_per_s * (1 + p.key_burst_s / r["window_s"])
+    assert r["hottest_key_units_per_s"] <= cap * 1.001
+    assert r["hottest_key"] == "t0:log#0"
+    # AND appends cannot exceed what the log key admits at 4 WRU each
+    assert r["records_per_s"] <= cap / 4
+    assert r["throttled_frac"] > 0.5  # the key is saturated: most attempts are throttled
+
+
+def test_frames_over_p_keys_lift_the_ceiling_until_the_head_binds() -> None:
+    # GIVEN one process whose commits never race (a counter reserves seqs), 16-record frames
+    # (~13 WRU each), 16 commits in flight and 600 clients: only DynamoDB limits throughput
+    base = Design(
+        "p",
+        "spread",
+        "test",
+        compute="managed",
+        per_env_concurrency=1000,
+        transaction=False,
+        sequencer="counter",
+        max_group=16,
+        writer_inflight=16,
+    )
+    # CPU is not the limit here, and a throttled write comes back at once (botocore's 1 s
+    # back-off would leave a saturated key idle between retries: this is about capacity)
+    platform = replace(Platform(), lmi_cpu_scale=0.001, sdk_throttle_base_s=0.002)
+    rate = {}
+    hottest = {}
+    for p in (1, 4, 32):
+        r = _run(replace(base, frame_keys=p), 600, platform=platform, managed_envs=1)
+        rate[p], hottest[p] = r["records_per_s"], r["hottest_key"]
+    # THEN 4 log keys carry ~4x the records of one (the log key binds in both)
+    assert hottest[1] == "t0:log#0" and hottest[4].startswith("t0:log#")
+    assert 3.6 <= rate[4] / rate[1] <= 4.4
+    # AND past that the head (1 WRU per commit, <= 1,000 commits/s) binds: not 8x more
+    assert hottest[32] == "t0:head"
+    assert rate[32] / rate[4] < 8 * 0.75
+
+
+def test_cost_per_append_is_wru_times_price_plus_requests() -> None:
+    assert PRICES["dynamodb_wru_per_million"] == 0.625
+    assert PRICES["lambda_gb_second"] == LAMBDA_GB_S
+    assert PRICES["lmi_instance_hour"] == 0.0816 and PRICES["lmi_management_fee"] == 0.15
+    # standard Lambda: DynamoDB units + one request + GB-seconds per invocation
+    r = _run(_design("b"), 3)
+    expected = (
+        r["wru_per_record"] * WRU
+        + r["rru_per_record"] * RRU
+        + r["invocations_per_record"] * LAMBDA_REQUEST
+        + r["lambda_gb_s_per_record"] * LAMBDA_GB_S
+    ) * 1e6
+    assert r["usd_per_million"]["usd_total"] == pytest.approx(expected, rel=1e-9)
+    assert r["usd_per_million"]["usd_dynamodb"] == pytest.approx(
+        (r["wru_per_record"] * WRU + r["rru_per_record"] * RRU) * 1e6, rel=1e-9
+    )
+    # Managed Instances: requests + instance time (two 1-vCPU environments per instance)
+    r = _run(_design("e"), 50)
+    expected = (
+        r["wru_per_record"] * WRU
+        + r["rru_per_record"] * RRU
+        + r["s3_puts_per_record"] * S3_PUT
+        + r["invocations_per_record"] * LAMBDA_REQUEST
+        + r["managed_env_s_per_record"] * LMI_INSTANCE_S / 2
+    ) * 1e6
+    assert r["s3_puts_per_record"] > 0
+    assert r["usd_per_million"]["usd_total"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_lone_client_writes_what_one_commit_writes() -> None:
+    # GIVEN one client (no races, no throttling) THEN the simulated WRU and calls per append
+    # are those of one commit: (a) 2 WRU on the head + 4 on the log key in one transaction
+    one = commit_units(_design("a"), DEFAULT_INPUTS, 1)
+    assert one == {"head": 2.0, "log": 4.0, "calls": 1.0, "s3": 0.0}
+    r = Model(_design("a"), 1).run(warmup_s=1.0, min_window_s=10.0, max_window_s=10.0)
+    assert r["wru_per_record"] == pytest.approx(6.0, rel=0.01)
+    assert r["write_calls_per_record"] == pytest.approx(1.0, rel=0.01)
+    assert r["conflict_frac"] == 0.0 and r["throttled_frac"] == 0.0
+    # (b): a 2 KB frame PutItem, and the head once per 16 frames
+    b = commit_units(_design("b"), DEFAULT_INPUTS, 1)
+    assert b == {"head": 1 / 16, "log": 2.0, "calls": 1 + 1 / 16, "s3": 0.0}
+    # (e): every frame to S3 behind a 1 KB pointer, seqs from the head counter
+    e = commit_units(_design("e"), DEFAULT_INPUTS, 64)
+    assert e == {"head": 1.0, "log": 1.0, "calls": 2.0, "s3": 1.0}
+
+
+def test_the_same_seed_gives_the_same_run() -> None:
+    a = simulate(_design("c"), 30, seed=7, quick=True)
+    b = simulate(_design("c"), 30, seed=7, quick=True)
+    c = simulate(_design("c"), 30, seed=8, quick=True)
+    assert a == b
+    assert (a["records_per_s"], a["p99_ms"]) != (c["records_per_s"], c["p99_ms"])
+
+
+def _call_outcome(model: Model, kind: int, bucket: Bucket) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+
+    def proc() -> Proc:
+        got["outcome"], _ = yield from model._call(kind, ((bucket, 1.0),))
+        got["at"] = model.sim.now
+
+    model.sim.spawn(proc())
+    model.sim.run(120.0)
+    return got
+
+
+def test_a_throttled_write_is_retried_until_it_succeeds() -> None:
+    # GIVEN an empty key bucket that refills 1 unit every 2 s
+    model = Model(_design("b"), 1)
+    bucket = Bucket("k", 0.5, 2.0)
+    bucket.tokens = 0.0
+    # WHEN one PutItem is sent
+    got = _call_outcome(model, WRITE, bucket)
+    # THEN botocore's back-off (rand x 1 s x 2^i) retries it until the bucket has a unit
+    st = model.stats
+    assert got["outcome"] == OK and got["at"] >= 2.0
+    assert st.throttled >= 1 and st.write_calls == st.throttled + 1 and st.wru == 1.0
+
+
+def test_a_write_throttled_past_its_attempts_and_budget_fails() -> None:
+    # GIVEN a bucket that never refills, 3 SDK attempts and a 0.2 s re-send budget
+    platform = replace(Platform(), sdk_max_attempts=3, resend_budget_s=0.2)
+    model = Model(_design("b"), 1, platform=platform)
+    bucket = Bucket("k", 1e-6, 1e6)  # one unit deep, refills in 11 days
+    bucket.tokens = 0.0
+    got = _call_outcome(model, WRITE, bucket)
+    # THEN it is given up (the engine's 503) after the SDK's attempts and the re-sends that
+    # fit the budget, and nothing was consumed
+    st = model.stats
+    assert got["outcome"] == FAIL
+    assert st.write_calls == st.throttled and st.write_calls % 3 == 0 and st.write_calls >= 3
+    assert st.wru == 0.0
+    # AND a throttled transaction is not retried by the SDK: one attempt per engine re-send
+    model = Model(_design("a"), 1, platform=replace(platform, resend_budget_s=0.0))
+    got = _call_outcome(model, TXN, bucket)
+    assert got["outcome"] == FAIL and model.stats.write_calls == 1
+
+
+def test_throttling_raises_latency_and_failed_requests_are_counted() -> None:
+    # GIVEN design (b) with 3 clients, on normal keys and on keys 50x too small
+    normal = _run(_design("b"), 3)
+    slow = replace(Platform(), key_wru_per_s=20.0, resend_budget_s=0.5, sdk_max_attempts=2)
+    throttled = _run(_design("b"), 3, platform=slow)
+    # THEN the throttled run is slower at the median and in the tail, and retries show
+    assert normal["throttled_frac"] == 0.0 and throttled["throttled_frac"] > 0.3
+    assert throttled["p50_ms"] > 3 * normal["p50_ms"]
+    assert throttled["p99_ms"] > normal["p99_ms"]
+    assert throttled["failed_frac"] > 0  # some gave up (503) and were retried by the client
+    assert throttled["records_per_s"] > 0
+
+
+def test_frame_sizes_and_cpu_inputs_are_derived_from_measurements(tmp_path: Path) -> None:
+    # frame bytes = overhead + records x per-record, fitted over two frame lengths
+    fit = fit_frames([(1, 1126.0), (32, 25178.0), (32, 25178.0)])
+    assert fit is not None
+    assert fit["bytes_per_record"] == pytest.approx(775.87, abs=0.01)
+    assert fit["overhead_bytes"] == pytest.approx(350.1, abs=0.1)
+    assert fit_frames([(1, 1126.0)]) is None
+    # CPU per request, per commit and per record from bench_v0's three append workloads
+    path = tmp_path / "latest-v0.json"
+
+    def wl(name: str, cpu: float, commits: float) -> dict[str, Any]:
+        return {
+            "workload": {"name": name},
+            "cpu_ms_per_op": {"server": cpu},
+            "aws_calls_per_op": {"DynamoDB.TransactWriteItems": {"calls": commits}},
+        }
+
+    path.write_text(
+        json.dumps(
+            {
+                "workloads": [
+                    wl("append-b1", 3.3, 1.0),
+                    wl("append-1x32", 0.6, 0.0625),
+                    wl("append-b100", 6.6, 1.0),
+                ]
+            }
+        )
+    )
+    cpu = cpu_from_bench_v0(path)
+    assert cpu is not None
+    assert cpu["cpu_ms_record"] == pytest.approx(3.3 / 99)
+    assert cpu["cpu_ms_commit"] == pytest.approx(2.7 / (1 - 0.0625))
+    assert cpu["cpu_ms_request"] + cpu["cpu_ms_commit"] + cpu["cpu_ms_record"] == pytest.approx(3.3)
+    assert cpu_from_bench_v0(tmp_path / "missing.json") is None
+
+
+def test_quick_run_prints_the_tables_and_writes_the_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "scale.json"
+    returned = bench_scale_model.main(["--quick", f"--out={out}"])
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "scale_model"
+    assert result == json.loads(json.dumps(returned, default=float))
+    for text in ("== (a) today", "Single-topic ceiling", "Many topics", "Sensitivity", "--quick"):
+        assert text in printed
+    keys = [d["key"] for d in result["designs"]]
+    assert keys == [d.key for d in DESIGNS]
+    assert result["settings"]["clients"] == list(QUICK_CLIENTS)
+    assert len(result["results"]) == len(keys) * len(QUICK_CLIENTS)
+    row = result["results"][0]
+    for field in (
+        "records_per_s",
+        "mb_per_s",
+        "p50_ms",
+        "p99_ms",
+        "throttled_frac",
+        "write_calls_per_record",
+        "wru_per_record",
+        "usd_per_million",
+    ):
+        assert field in row, field
+    assert set(row["usd_per_million"]) == {"usd_dynamodb", "usd_s3", "usd_lambda", "usd_total"}
+    assert set(result["ceilings"]) == set(keys) == set(result["targets"])
+    assert all(isinstance(t["met"], bool) and t["why"] for t in result["targets"].values())
+    assert [(r["design"], r["topics"]) for r in result["many_topics"]] == [
+        (d, t) for d in MANY_TOPIC_DESIGNS for t in QUICK_TOPICS
+    ]
+    assert result["validation"] is None and result["measured"] is None
+    assert result["assumptions"] and result["prices"]["lmi_instance"] == "m7g.large"

@@ -144,13 +144,6 @@ def test_a_re_sent_keyed_commit_is_recognised_by_its_key_after_its_frame_left() 
     asyncio.run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: an unconfirmed re-send (AppendRejected.unconfirmed) is reported "
-    "unknown only if the head shows its seqs trimmed or evicted (trimmed_through, "
-    "evict_floor); a record delete past them whose frame upkeep then collected "
-    "(earliest_seq > last) is missed, so the engine writes the records again at new seqs",
-)
 def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_reported_unknown() -> None:
     async def scenario() -> None:
         async with processes(3, ManualClock()) as (a, b, c):
@@ -177,13 +170,6 @@ def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_reported_unkn
     asyncio.run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: when a creating append ends in OutcomeUnknown, the engine gives its "
-    "max_topics reservation back (and a max_total_bytes one) although the commit may have "
-    "applied; the counter ends low, the recount runs only when a reservation is refused, so "
-    "the cap can be passed (keeping the reservation leaves it high, which the recount fixes)",
-)
 def test_a_topic_created_by_a_commit_whose_answer_was_lost_keeps_its_quota_slot() -> None:
     settings = Settings(tiering=Tiering(inline=False, interval_ms=0), caps=Caps(max_topics=1))
 

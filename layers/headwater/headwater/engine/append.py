@@ -271,6 +271,11 @@ class Appender:
                 for i in provisional:  # decided on a head that has since moved
                     results[i] = None
             return outcome
+        except OutcomeUnknown:
+            # It may have applied: keep what it reserved. A counter left high is corrected
+            # by the recount a refused reservation runs; one left low would let a cap pass.
+            committed = True
+            raise
         finally:
             if not committed:
                 self.core.quota_release(TOPICS, reserved[0])
@@ -393,14 +398,11 @@ class Appender:
             repeated = self.core.tail.commit_append(commit)
         except AppendRejected as rej:
             cur = rej.current_head
-            if (
-                rej.unconfirmed
-                and cur is not None
-                and cur.epoch == epoch
-                and (cur.trimmed_through >= last or cur.evict_floor > last)
-            ):
-                # An earlier attempt may have applied and its frame since been sealed away or
-                # evicted: neither writing again (a duplicate) nor refusing (maybe a lie).
+            if rej.unconfirmed and cur is not None and cur.epoch == epoch and cur.head_seq >= first:
+                # Re-sent, and our frame's key is free although the head has passed it: a frame
+                # stood there (ours, or another writer's if ours never applied) and has since
+                # been trimmed, evicted or collected after a delete. Neither writing again (a
+                # duplicate) nor refusing (maybe a lie).
                 raise OutcomeUnknown(
                     "storage did not confirm the append and its seqs have since left the "
                     "tail; it may or may not have applied (retry with an idempotency key)"

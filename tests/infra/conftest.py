@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -47,6 +48,19 @@ def template() -> dict[str, Any]:
     assert not errors, errors
     assert tpl is not None
     return tpl
+
+
+@pytest.fixture(autouse=True)
+def _core_loggers_restored() -> Iterator[None]:
+    """Importing a function's handler points the core's loggers at that function's JSON
+    handler (headwater/obs.py); put them back after each test, so later tests (caplog
+    included) see the usual propagation to the root logger."""
+    core = logging.getLogger("headwater")
+    handlers, propagate, level = list(core.handlers), core.propagate, core.level
+    yield
+    core.handlers[:] = handlers
+    core.propagate = propagate
+    core.setLevel(level)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ loopback, then requests proxied to 127.0.0.1:$PORT. AWS is a moto server on loop
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -77,6 +78,8 @@ def lambda_env(
         "AWS_LWA_INVOKE_MODE": "response_stream",
         "AWS_LWA_READINESS_CHECK_PATH": "/v0/health",
         "PORT": str(port),
+        # template.yaml's /var/task/logging.json, the task root being functions/stream here
+        "UVICORN_LOG_CONFIG": str(RUN_SH.parent / "logging.json"),
         "HEADWATER_RESOURCE_PREFIX": "hw-stream",
         "HEADWATER_BUCKET": "hw-stream-data",
         "HEADWATER_API_KEYS_PARAMETER": KEYS_PARAMETER,
@@ -152,3 +155,6 @@ def test_run_sh_serves_like_under_the_web_adapter(lambda_env: dict[str, str]) ->
     # uvicorn shuts down gracefully, then re-raises the captured SIGTERM: -15 is clean
     assert code in (0, -signal.SIGTERM), output
     assert "Traceback" not in output, output
+    # AND whatever the process logged is JSON lines (CloudWatch Logs Insights fields)
+    for line in filter(str.strip, output.splitlines()):
+        assert isinstance(json.loads(line), dict), output

@@ -4,6 +4,7 @@ validation, auth, prefix allowlist, unknown topics, lenient, 406/404/401."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
@@ -210,3 +211,57 @@ def test_idle_session_past_its_ttl_is_gone(make_client: MakeClient, client: Test
 
     time.sleep(1.2)
     assert_error(c.get(body["stream_url"], headers=SSE), 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, 0),  # not on Lambda: no limit
+        ({"HEADWATER_WATCH_MAX_STREAM_SEC": "600"}, 600),
+        ({"AWS_LAMBDA_FUNCTION_NAME": "fn"}, 840),  # Lambda's 15 minutes less 60 s
+        ({"AWS_LAMBDA_FUNCTION_NAME": "fn", "HEADWATER_LAMBDA_TIMEOUT_SEC": "30"}, 25),
+        ({"AWS_LAMBDA_FUNCTION_NAME": "fn", "HEADWATER_WATCH_MAX_STREAM_SEC": "120"}, 120),
+    ],
+)
+def test_a_watch_stream_ends_before_the_lambda_timeout(env: dict[str, str], expected: int) -> None:
+    from headwater.settings import Settings
+
+    assert Settings.from_env(env).watch_max_stream_sec == expected
+
+
+def _events(raw: str) -> list[dict[str, str]]:
+    out = []
+    for block in raw.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if ": " in line and line[0] != ":"
+        )
+        if "event" in fields:
+            out.append(fields)
+    return out
+
+
+def test_a_stream_past_its_longest_ends_and_the_next_one_resumes(
+    make_client: MakeClient, client: TestClient
+) -> None:
+    import time
+
+    # GIVEN streams limited to one second, and a session over a topic with two records
+    c = make_client(watch_max_stream_sec=1)
+    put_topic(c, "t")
+    append_data(c, "t", "a", "b")
+    body = ok(c.post("/v0/watch", json={"topics": {"t": {}}}))
+    # WHEN its stream is opened (the test client reads until the server ends it)
+    started = time.monotonic()
+    first = c.get(body["stream_url"], headers=SSE)
+    took = time.monotonic() - started
+    # THEN the server ended it after about a second, having sent both records
+    assert first.status_code == 200 and 0.9 <= took < 10
+    records = [e for e in _events(first.text) if e["event"] == "record"]
+    assert [r["$seq"] for e in records for r in json.loads(e["data"])["records"]] == [1, 2]
+    # AND a record appended after it ended is what the next stream starts with: the cursors
+    # were saved as it ended (no Last-Event-ID needed)
+    append_data(c, "t", "c")
+    time.sleep(0.2)  # the close's cursor save runs in the background
+    second = c.get(body["stream_url"], headers=SSE)
+    again = [e for e in _events(second.text) if e["event"] == "record"]
+    assert [r["$seq"] for e in again for r in json.loads(e["data"])["records"]] == [3]

@@ -34,6 +34,7 @@ ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
 ENV_MAX_WATCH_TOPICS = "TOPICS_MAX_WATCH_TOPICS"
 ENV_WATCH_SESSION_TTL_MS = "HEADWATER_WATCH_SESSION_TTL_MS"
+ENV_WATCH_MAX_STREAM_SEC = "HEADWATER_WATCH_MAX_STREAM_SEC"
 ENV_MAX_TOPICS = "TOPICS_MAX_TOPICS"
 ENV_MAX_ROUTERS = "TOPICS_MAX_ROUTERS"
 ENV_MAX_WATCH_SESSIONS = "TOPICS_MAX_WATCH_SESSIONS"
@@ -227,6 +228,17 @@ def lambda_stream_limit_sec(timeout_sec: int) -> int:
     return max(1, timeout - min(60, max(5, timeout // 10)))
 
 
+def _watch_max_stream(env: Mapping[str, str]) -> int:
+    limit = _int(env, ENV_WATCH_MAX_STREAM_SEC, 0, 0)
+    if env.get(ENV_LAMBDA_FUNCTION_NAME):
+        # The invocation ends at its timeout: the stream ends first (its cursors saved), and
+        # the client's EventSource resumes it on the next one.
+        timeout = _int(env, ENV_LAMBDA_TIMEOUT_SEC, LAMBDA_MAX_TIMEOUT_SEC, 1)
+        cap = lambda_stream_limit_sec(timeout)
+        limit = min(limit, cap) if limit else cap
+    return limit
+
+
 def _notify(env: Mapping[str, str]) -> NotifySettings:
     max_duration = _int(env, ENV_CONNECTION_MAX_DURATION_SEC, 3600, 1)
     if env.get(ENV_LAMBDA_FUNCTION_NAME):
@@ -349,6 +361,9 @@ class Settings:
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     max_watch_topics: int = 256
     watch_session_ttl_ms: int = 300_000
+    # The longest one GET /v0/watch/:wid stream stays open (0: no limit); the client's
+    # EventSource reconnects and resumes from the saved cursors. Clamped on Lambda.
+    watch_max_stream_sec: int = 0
     tiering: Tiering = field(default_factory=Tiering)
     limits: Limits = field(default_factory=Limits)
     caps: Caps = field(default_factory=Caps)
@@ -415,6 +430,7 @@ class Settings:
             spill_threshold_bytes=_spill(e),
             max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),
             watch_session_ttl_ms=_int(e, ENV_WATCH_SESSION_TTL_MS, 300_000, 1000),
+            watch_max_stream_sec=_watch_max_stream(e),
             limits=limits,
             caps=caps,
             notify=_notify(e),

@@ -228,8 +228,14 @@ class WatchEngine:
             start.pop(topic, None)
         return OpenSession(item, spec, start, deleted, epochs)
 
-    async def stream(self, session: OpenSession) -> AsyncGenerator[WatchEvent, None]:
+    async def stream(
+        self, session: OpenSession, max_duration_s: float = 0
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """The session's events; with `max_duration_s`, the stream ends (cursors saved) once
+        that long has passed and what was read is sent."""
         runner = _StreamRun(self, session)
+        if max_duration_s > 0:
+            runner.ends_at = time.monotonic() + max_duration_s
         try:
             async for event in runner.run():
                 yield event
@@ -277,6 +283,7 @@ class TopicFeed:
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self.running = False
+        self.ends_at: float | None = None  # time.monotonic() at which the feed ends
 
     # --- subscriptions ------------------------------------------------------------------
     def subscribe(self, topic: str, from_seq: int, epoch: int, opts: WatchSpec) -> None:
@@ -397,6 +404,8 @@ class TopicFeed:
             if self.dirty:
                 continue
             now = time.monotonic()
+            if self.ends_at is not None and now >= self.ends_at:
+                return  # everything read so far was sent: the stream ends here
             if all(s.live or s.deleted for s in self.subs.values()):
                 # Live topics are woken by the Notifier (local appends and the HeadHub's
                 # polls); the timer below is only the backstop for backlog reads.
@@ -404,6 +413,8 @@ class TopicFeed:
             deadline = min(next_poll, self._checkpoint_deadline())
             if hb_s is not None:
                 deadline = min(deadline, last_sent + hb_s)
+            if self.ends_at is not None:
+                deadline = min(deadline, self.ends_at)
             if not self.wake.is_set() and deadline > now:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(deadline - now):

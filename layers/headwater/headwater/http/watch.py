@@ -180,7 +180,7 @@ async def open_watch(wid: str, request: Request) -> Response:
     async def body() -> AsyncGenerator[bytes, None]:
         # retry and a first heartbeat at open (spec §7.5): headers and a byte go out at once.
         yield b"retry: 2000\n\n: hb " + str(wall_ms()).encode() + b"\n\n"
-        events = watch.stream(session)
+        events = watch.stream(session, svc.settings.watch_max_stream_sec)
         try:
             async for event in events:
                 frame = sse_frame(event)

@@ -160,6 +160,15 @@ def test_the_forwarders_dead_letter_queue_has_an_alarm(template: dict[str, Any])
     assert _alarms(template)[name]["Threshold"] == 0
 
 
+def test_the_stream_consumers_lag_has_an_alarm(template: dict[str, Any]) -> None:
+    [mapping] = _resources(template, "AWS::Lambda::EventSourceMapping").values()
+    consumer = mapping["Properties"]["FunctionName"]
+    name = _metric_alarm(template, "AWS/Lambda", "IteratorAge", FunctionName=consumer)
+    alarm = _alarms(template)[name]
+    assert alarm["Statistic"] == "Maximum" and alarm["EvaluationPeriods"] == 3
+    assert alarm["Threshold"] == {"Fn::Sub": "${ForwarderLagAlarmSeconds}000"}  # ms
+
+
 def test_every_table_and_index_has_a_throttling_alarm(template: dict[str, Any]) -> None:
     for table, resource in _resources(template, "AWS::DynamoDB::Table").items():
         indexes = [g["IndexName"] for g in resource["Properties"].get("GlobalSecondaryIndexes", [])]

@@ -52,7 +52,20 @@ class Design:
       "frame": a conditional PutItem of the frame at the next frame number; a loser learns
               only that this frame exists, so it reads the newest frame (1 RRU) and retries.
       "counter": an unconditional UpdateItem ADD on the head reserves the seqs, then the
-              frame is put (never conflicts; two calls per commit)."""
+              frame is put (never conflicts; two calls per commit).
+      "slot": frames keyed by their first seq; a conditional PutItem (attribute_not_exists)
+              of the frame (or of its S3 pointer) at the key after the tail this process
+              knows. A loser gets the winner's item back (ALL_OLD) and "hops": it retries at
+              once at winner.last + 1, with no read and no back-off. The winner it learns is
+              the one at the key it tried, not the newest frame: a process whose tail is n
+              frames stale hops n times, each a billed failed write. The head is folded once
+              per head_every frames, off the request's path; a process that has no tail yet
+              reads the head (which lags by up to head_every frames) and hops from there.
+              A spilled frame's S3 object is keyed independently of the slot: PUT once per
+              commit, however many hops its pointer takes.
+
+    hop_learns_newest (slot only): an idealisation, not what DynamoDB returns: a lost race
+      learns the newest frame, as if the failure response carried the tail."""
 
     key: str
     name: str
@@ -67,6 +80,7 @@ class Design:
     records_per_request: int = 1
     spill_bytes: int | None = None  # frames larger than this go to S3 (None: the engine's)
     writer_inflight: int = 1  # commits in flight per topic per process ("counter" only)
+    hop_learns_newest: bool = False  # "slot": a loser learns the tail (idealised), not n+1
 
 
 DESIGNS: tuple[Design, ...] = (
@@ -120,6 +134,40 @@ DESIGNS: tuple[Design, ...] = (
         max_group=256,
         spill_bytes=0,
     ),
+    # Slot-hop: tail frames keyed by their first seq; a lost race returns the winner's item,
+    # whose last seq is the next key to try (no read); the head is folded once per 64 frames.
+    Design(
+        "f",
+        "slot-hop-ddb",
+        "slot-hop: conditional PutItem of the frame at the next key, a loser hops to "
+        "winner.last+1 (no read), head folded per 64 frames; LMI K=64, group commit",
+        compute="managed",
+        per_env_concurrency=64,
+        transaction=False,
+        sequencer="slot",
+        head_every=64,
+    ),
+    Design(
+        "g",
+        "slot-hop-s3",
+        "slot-hop with every frame in S3 (one PUT per group) behind a pointer PutItem at "
+        "the slot; a loser re-sends only the pointer; LMI K=128, groups <= 256",
+        compute="managed",
+        per_env_concurrency=128,
+        transaction=False,
+        sequencer="slot",
+        head_every=64,
+        max_group=256,
+        spill_bytes=0,
+    ),
+    Design(
+        "h",
+        "slot-hop-lambda",
+        "(f) on standard Lambda: one request per environment, no group commit",
+        transaction=False,
+        sequencer="slot",
+        head_every=64,
+    ),
 )
 
 
@@ -135,7 +183,7 @@ def commit_units(design: Design, inputs: Inputs, records: int) -> dict[str, floa
         head, calls = float(inputs.head_kb * mult), 1.0
     elif design.sequencer == "counter":
         head, calls = float(inputs.head_kb), 2.0
-    else:  # "frame": the head is written once per head_every frames, by a separate call
+    else:  # "frame", "slot": the head is written once per head_every frames, separately
         every = 1 / design.head_every if design.head_every else 0.0
         head, calls = inputs.head_kb * every, 1.0 + every
     return {"head": head, "log": (kb or inputs.pointer_kb) * mult, "calls": calls, "s3": s3}

@@ -91,6 +91,7 @@ class Model:
         self.sim = Sim()
         self.stats = Stats()
         self.version = [0] * topics  # frames committed per topic
+        self.folded = [0] * topics  # "slot": the frame count the head was last folded to
         self.heads_table = Bucket("table:heads", p.table_wru_per_s, p.key_burst_s)
         self.log_table = Bucket("table:log", p.table_wru_per_s, p.key_burst_s)
         self.head_keys = [
@@ -236,15 +237,21 @@ class Model:
             frame_kb = inp.pointer_kb
         mult = 2 if d.transaction else 1
         keys = self.frame_keys[topic]
+        slot = d.sequencer == "slot"
         if d.sequencer != "counter" and topic not in env.head:
             got, seen = yield from self._call(
                 READ, ((self.head_reads[topic], 1.0),), resend=False, observe=topic
             )
             if got != OK:
                 return False
-            env.head[topic] = seen
+            # "slot" reads the head, folded lazily: it may lag the tail (then the writer hops)
+            env.head[topic] = self.folded[topic] if slot else seen
+        if slot and spilled:  # the object's key is not the slot's: PUT once, whatever the hops
+            got, _ = yield from self._call(S3PUT, ((self.s3_prefix[topic], 1.0),), resend=False)
+            if got != OK:
+                return False
         while True:
-            if spilled:
+            if spilled and not slot:
                 got, _ = yield from self._call(S3PUT, ((self.s3_prefix[topic], 1.0),), resend=False)
                 if got != OK:
                     return False
@@ -284,12 +291,16 @@ class Model:
                 self.stats.commits += 1
                 if d.sequencer == "frame" and d.head_every > 0 and seen % d.head_every == 0:
                     self.sim.spawn(self._head_write(topic))
+                elif slot and d.head_every > 0 and seen % d.head_every == 0:
+                    self.sim.spawn(self._head_write(topic, seen))  # not in the request's path
                 return True
             if got == FAIL:
                 env.head.pop(topic, None)
                 return False
             # lost a race: "head" learns the winner's head from the failed condition (ALL_OLD);
             # "frame" learns only that its frame exists and reads the newest frame
+            # "slot" hops: the failure returns the item at the key it tried, whose last seq is
+            # the next key (one frame on; the tail only if that winner was the newest)
             if d.sequencer == "frame":
                 got, seen = yield from self._call(
                     READ, ((self.head_reads[topic], 1.0),), resend=False, observe=topic
@@ -297,17 +308,23 @@ class Model:
                 if got != OK:
                     env.head.pop(topic, None)
                     return False
+            elif slot and not d.hop_learns_newest:
+                seen = expected + 1
             env.head[topic] = seen
             conflicts += 1
             if conflicts >= p.conflicts_to_give_up and self.sim.now - t0 > p.conflict_budget_s:
                 env.head.pop(topic, None)
                 return False
-            if conflicts > 2:
+            if conflicts > 2 and not slot:  # a hop retries at once: each loss is progress
                 yield self.rng.uniform(0, min(0.05, 0.001 * 2**conflicts))
 
-    def _head_write(self, topic: int) -> Proc:
+    def _head_write(self, topic: int, fold_to: int = -1) -> Proc:
+        """The head's separate write ("frame", "slot"). "slot" folds it to `fold_to` frames
+        (a conditional UpdateItem: only forward; billed like any write)."""
         kb = self.inp.head_kb
-        yield from self._call(WRITE, ((self.head_keys[topic], kb), (self.heads_table, kb)))
+        got, _ = yield from self._call(WRITE, ((self.head_keys[topic], kb), (self.heads_table, kb)))
+        if got == OK and fold_to > self.folded[topic]:
+            self.folded[topic] = fold_to
 
     # -- an environment serving one request; the group-commit writer of a topic
     def _handle(self, env: _Env, topic: int, records: int) -> Generator[Any, Any, bool]:

@@ -2,8 +2,9 @@
 can fail: a partition key caps a design at its bucket rate, spreading frames over P keys
 lifts that cap until another key binds, costs are WRU x price + requests, the same seed gives
 the same run, throttled writes are retried (and fail after the attempts and the re-send
-budget), throttling costs latency; and a quick run of the entry point prints and writes its
-tables."""
+budget), throttling costs latency; slot-hop's lost race is one more billed write and no read,
+hops one frame at a time, never happens with one environment, and never repeats the S3 PUT;
+and a quick run of the entry point prints and writes its tables."""
 
 from __future__ import annotations
 
@@ -266,3 +267,117 @@ def test_quick_run_prints_the_tables_and_writes_the_json(
     ]
     assert result["validation"] is None and result["measured"] is None
     assert result["assumptions"] and result["prices"]["lmi_instance"] == "m7g.large"
+
+
+# -- slot-hop ("slot" sequencer: (f), (g), (h))
+
+
+def _commit_once(model: Model, records: int, *, known: int | None) -> bool:
+    """One commit of `records` records by the model's first environment, which knows the
+    tail as `known` frames (None: it has no tail yet and reads the head first)."""
+    env = model.envs[0]  # a Managed Instances design (managed_envs=1)
+    if known is not None:
+        env.head[0] = known
+    got: dict[str, bool] = {}
+
+    def proc() -> Proc:
+        got["ok"] = yield from model._commit(env, 0, records)
+
+    model.sim.spawn(proc())
+    model.sim.run(5.0)
+    return got["ok"]
+
+
+def test_a_lost_race_hops_with_one_extra_billed_write_and_no_read() -> None:
+    f = _design("f")
+    frame_kb = DEFAULT_INPUTS.frame_kb(1)  # 1,126 B: 2 KB units
+    assert frame_kb == 2
+    # GIVEN a process that knows 0 frames while another process has committed frame 1
+    model = Model(f, 1, managed_envs=1)
+    model.version[0] = 1
+    # WHEN it commits one record
+    assert _commit_once(model, 1, known=0)
+    st = model.stats
+    # THEN it lost once, learned the next key from the failure and won there: two billed
+    # writes of the frame, no read, and no S3
+    assert (st.conflicts, st.write_calls, st.read_calls) == (1, 2, 0)
+    assert st.wru == 2 * frame_kb and st.rru == 0.0 and st.s3_puts == 0
+    assert model.version[0] == 2 and model.envs[0].head[0] == 2
+    # AND the failed write's billing is the Platform's assumption: free when it says so
+    model = Model(f, 1, managed_envs=1, platform=replace(Platform(), conflict_wru=0.0))
+    model.version[0] = 1
+    assert _commit_once(model, 1, known=0)
+    assert model.stats.write_calls == 2 and model.stats.wru == frame_kb
+    # AND (c), which learns only that its frame exists, reads before it retries
+    model = Model(_design("c"), 1, managed_envs=1)
+    model.version[0] = 1
+    assert _commit_once(model, 1, known=0)
+    assert model.stats.read_calls == 1 and model.stats.write_calls == 2
+
+
+def test_a_hop_moves_one_frame_so_a_stale_process_hops_once_per_frame_it_missed() -> None:
+    # GIVEN a process 5 frames behind
+    model = Model(_design("f"), 1, managed_envs=1)
+    model.version[0] = 5
+    assert _commit_once(model, 1, known=0)
+    # THEN the failure returns the winner at the key tried (not the tail): 5 hops, 6 writes
+    assert (model.stats.conflicts, model.stats.write_calls, model.stats.read_calls) == (5, 6, 0)
+    assert model.version[0] == 6
+    # AND the idealised variant (a loss learns the tail) hops once
+    model = Model(replace(_design("f"), hop_learns_newest=True), 1, managed_envs=1)
+    model.version[0] = 5
+    assert _commit_once(model, 1, known=0)
+    assert (model.stats.conflicts, model.stats.write_calls) == (1, 2)
+
+
+def test_a_new_process_reads_the_lazily_folded_head_and_hops_from_there() -> None:
+    # GIVEN 70 frames committed and a head last folded at 64
+    model = Model(_design("f"), 1, managed_envs=1)
+    model.version[0], model.folded[0] = 70, 64
+    # WHEN a process with no tail commits: one head read, then 6 hops to frame 71
+    assert _commit_once(model, 1, known=None)
+    assert (model.stats.read_calls, model.stats.conflicts, model.stats.write_calls) == (1, 6, 7)
+    # AND the head is written once per 64 frames, off the commit's path
+    assert commit_units(_design("f"), DEFAULT_INPUTS, 1) == {
+        "head": 1 / 64,
+        "log": 2.0,
+        "calls": 1 + 1 / 64,
+        "s3": 0.0,
+    }
+
+
+def test_with_one_environment_slot_hop_never_loses_a_race() -> None:
+    # GIVEN (f) with 60 clients on one environment (one writer: nobody to race) and on three
+    for key in ("f", "g"):
+        one = _run(_design(key), 60, managed_envs=1)
+        three = _run(_design(key), 60, managed_envs=3)
+        # THEN one environment never loses, and writes one frame (or pointer) per commit
+        assert one["conflict_frac"] == 0.0 and one["records_per_s"] > 0
+        assert one["write_calls_per_record"] == pytest.approx(
+            (1 + 1 / 64) / one["records_per_commit"], rel=0.05
+        )
+        # AND three environments do (each hops over what the other two committed)
+        assert three["conflict_frac"] > 0.3
+    # AND (h), standard Lambda, with one client is one environment: no races either
+    h = _run(_design("h"), 1)
+    assert h["envs"] == 1 and h["conflict_frac"] == 0.0
+
+
+def test_slot_hop_in_s3_retries_only_the_pointer_not_the_s3_put() -> None:
+    g = _design("g")
+    # GIVEN a process 3 frames behind committing a 64-record group (spilled: every frame)
+    model = Model(g, 1, managed_envs=1)
+    model.version[0] = 3
+    assert _commit_once(model, 64, known=0)
+    st = model.stats
+    # THEN one S3 PUT, and the 1 KB pointer item written 4 times (3 lost, 1 won)
+    assert st.s3_puts == 1
+    assert (st.conflicts, st.write_calls, st.read_calls) == (3, 4, 0)
+    assert st.wru == 4 * DEFAULT_INPUTS.pointer_kb
+    # AND over a contended run, one PUT per commit however many races were lost (give or
+    # take a commit in flight per environment at either edge of the window)
+    model = Model(g, 300, managed_envs=3)
+    model.run(warmup_s=0.5, min_window_s=1.0, max_window_s=1.0, target_records=0)
+    st = model.stats
+    assert st.conflicts > st.commits > 20
+    assert abs(st.s3_puts - st.commits) <= 3

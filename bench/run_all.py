@@ -20,8 +20,10 @@ ingest -> metrics, ingest throughput) and bench_stalled (a normal client's laten
 _aggregate and _routing_keys through index families vs a forced scan, index build throughput,
 seal -> coverage lag) run on moto only. bench_scale_model (a discrete-event model of one
 topic's appends on AWS, by design, 1 to 10,000 clients; its inputs measured against
-in-process moto) runs last; its design verdicts on the part-2 target are reported, not
-counted as missed targets.
+in-process moto) runs last of those; its design verdicts on the part-2 target are reported,
+not counted as missed targets. bench_coldstart (each template function's handler imported
+in fresh interpreters against its bare-import floor, the INIT a Lambda would bill, artifact
+sizes) needs no backend and runs once, at the end.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import sys
 from typing import Any
 
 from bench import (
+    bench_coldstart,
     bench_dashboard,
     bench_durable,
     bench_flags,
@@ -155,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         errors += sum(1 for q in search["queries"] if q["results_equal"] is False)
         print("\n######## bench scale model (appends on AWS: a discrete-event model)")
         bench_scale_model.main(["--quick"] if args.quick else [])
+    print("\n######## bench coldstart (handler imports vs the bare-import floor, artifact sizes)")
+    coldstart = bench_coldstart.main(forwarded)
+    missed += [f"{name}@coldstart" for name in coldstart["targets_missed"]]
+    # a handler import that failed or touched the network counts as a failed request
+    errors += coldstart["errors"]
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

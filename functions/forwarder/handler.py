@@ -41,9 +41,9 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater.engine.routers import RouterEngine, StreamBatch
+from headwater.engines import Core
 from headwater.http.ws_gateway import Delivery
 from headwater.obs import function_logger
-from headwater.services import Core
 from headwater.settings import Settings
 from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
 

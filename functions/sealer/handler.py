@@ -18,8 +18,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from headwater.engines import Core
 from headwater.obs import function_logger
-from headwater.services import Core
 from headwater.settings import Settings
 
 logger = function_logger()  # the core's loggers write through it too

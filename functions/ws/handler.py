@@ -37,7 +37,8 @@ from headwater.engine.ports import ConnectionGone
 from headwater.engine.quotas import WS_CONNECTIONS
 from headwater.errors import HeadwaterError, Unauthorized
 from headwater.http.responses import error_body
-from headwater.http.ws_commands import Commands, error_frame
+from headwater.http.ws_commands import Commands
+from headwater.http.ws_frames import error_frame
 from headwater.http.ws_gateway import (
     Delivery,
     StoredSubscriptions,

@@ -23,7 +23,8 @@ from headwater.errors import HeadwaterError, Throttled, Unauthorized
 from headwater.http.auth import Principal
 from headwater.http.responses import elapsed_ms, error_body
 from headwater.http.sse import Outbox
-from headwater.http.ws_commands import Commands, error_frame, event_frame
+from headwater.http.ws_commands import Commands
+from headwater.http.ws_frames import error_frame, event_frame
 from headwater.services import LazyServices, Services
 
 router = APIRouter()

@@ -19,12 +19,13 @@ from typing import Any, Protocol
 
 from headwater import jsoncodec
 from headwater.engine.values import AppendRequest
-from headwater.engine.watch import WatchEvent, WatchSpec, resolve_starts
+from headwater.engine.watch import WatchSpec, resolve_starts
 from headwater.errors import HeadwaterError, InvalidRequest, PayloadTooLarge
 from headwater.http.auth import Principal
 from headwater.http.v0 import append_body, commit_append, require_config_names
 from headwater.http.v0_parse import boolean, parse_append, require_object
 from headwater.http.watch import parse_watch
+from headwater.http.ws_frames import error_frame, reply_frame
 from headwater.names import validate_topic_name
 from headwater.services import Services
 
@@ -41,14 +42,6 @@ SUBSCRIBE_OPTIONS = (
     "include_tags",
     "include_meta",
 )
-
-# SSE event name -> WebSocket op; the SSE payloads are JSON objects, spliced not re-encoded
-_EVENT_OPS = {
-    "record": b'{"op":"record",',
-    "tombstone": b'{"op":"tombstone",',
-    "caught-up": b'{"op":"caught_up",',
-    "topic-deleted": b'{"op":"topic_deleted",',
-}
 
 
 class Subscriptions(Protocol):
@@ -69,24 +62,6 @@ class Step:
 
     run: Callable[[], Coroutine[Any, Any, None]]
     pipelined: bool
-
-
-def event_frame(event: WatchEvent) -> bytes | None:
-    """The WebSocket frame for a feed event (records stay verbatim), or None if the event has
-    no WebSocket form (SSE heartbeats: WebSocket has its own ping/pong)."""
-    prefix = _EVENT_OPS.get(event.name)
-    return None if prefix is None else prefix + event.data[1:]
-
-
-def reply_frame(op: str, request_id: object, body: dict[str, Any] | None = None) -> bytes:
-    return jsoncodec.dumps({"op": op, "request_id": request_id, **(body or {})})
-
-
-def error_frame(request_id: object, exc: HeadwaterError) -> bytes:
-    body: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    if exc.detail is not None:
-        body["detail"] = exc.detail
-    return reply_frame("error", request_id, body)
 
 
 def _request_id(cmd: dict[str, Any]) -> str | int | None:

@@ -37,7 +37,7 @@ from headwater.engine.quotas import WS_CONNECTIONS, Quotas
 from headwater.engine.watch import TopicFeed, WatchSpec
 from headwater.errors import HeadwaterError, PayloadTooLarge
 from headwater.http.auth import Principal
-from headwater.http.ws_commands import error_frame, event_frame
+from headwater.http.ws_frames import error_frame, event_frame
 
 log = logging.getLogger(__name__)
 

@@ -11,36 +11,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import shapely
-from shapely.errors import GEOSException
-from shapely.geometry import Point, Polygon
-
-from headwater.notify.errors import FieldError
-from headwater.notify.handlers import LatLon, check_polygon_shape, parse_polygon
+from headwater.notify.handlers import LatLon
 from headwater.notify.requests import PointFilter, PolygonFilter, StreamFilter
 from headwater.notify.topic import WILDCARD
+
+if TYPE_CHECKING:
+    from headwater.notify.geometry import Point, Polygon
 
 BBox = tuple[float, float, float, float]  # min_lon, min_lat, max_lon, max_lat
 
 
-def polygon_from_coordinates(coordinates: tuple[LatLon, ...]) -> Polygon:
-    """shapely polygon in (x=lon, y=lat) from aviso's (lat, lon) pairs."""
-    return Polygon([(lon, lat) for lat, lon in coordinates])
-
-
-@lru_cache(maxsize=8192)
 def stored_polygon(text: str) -> Polygon | None:
     """A stored polygon string as a prepared shapely polygon (None if it does not parse)."""
-    try:
-        coordinates = parse_polygon(text)
-        check_polygon_shape(coordinates)
-    except FieldError:
-        return None
-    polygon = polygon_from_coordinates(coordinates)
-    shapely.prepare(polygon)
-    return polygon
+    from headwater.notify.geometry import stored_polygon as parse
+
+    return parse(text)
 
 
 def quick_bbox(text: str) -> BBox | None:
@@ -94,11 +81,16 @@ class CompiledFilter:
         spatial = stream_filter.spatial
         self._box: BBox | None = None
         if isinstance(spatial, PolygonFilter):
-            self._polygon = polygon_from_coordinates(spatial.coordinates)
-            shapely.prepare(self._polygon)
+            from headwater.notify import geometry
+
+            self._polygon = geometry.prepared(
+                geometry.polygon_from_coordinates(spatial.coordinates)
+            )
             self._box = self._polygon.bounds
         elif isinstance(spatial, PointFilter):
-            self._point = Point(spatial.lon, spatial.lat)
+            from headwater.notify import geometry
+
+            self._point = geometry.Point(spatial.lon, spatial.lat)
             self._box = (spatial.lon, spatial.lat, spatial.lon, spatial.lat)
 
     def matches_identifier(self, identifier: Mapping[str, str]) -> bool:
@@ -127,14 +119,16 @@ class CompiledFilter:
             and (box[0] > mine[2] or box[2] < mine[0] or box[1] > mine[3] or box[3] < mine[1])
         ):
             return False  # the boxes do not even touch
-        candidate = stored_polygon(text)
+        from headwater.notify import geometry  # loaded by __init__ already: a dict lookup
+
+        candidate = geometry.stored_polygon(text)
         if candidate is None:
             return False
         try:
             if self._polygon is not None:
                 return bool(self._polygon.intersects(candidate))
             return bool(candidate.contains(self._point))
-        except GEOSException:
+        except geometry.GEOSException:
             return False
 
     def __call__(self, identifier: Mapping[str, str]) -> bool:

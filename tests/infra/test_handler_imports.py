@@ -1,0 +1,58 @@
+"""What a function loads at import is what its cold start costs (bench/bench_coldstart.py
+measures it): the stream-triggered and scheduled functions must not load a web framework,
+a surface's geometry or numpy. Each handler is imported in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("fastapi", "starlette", "pydantic", "shapely", "numpy", "headwater.services")
+
+PROBE = """
+import json, sys
+import handler
+print(json.dumps(sorted(m for m in {heavy} if m in sys.modules)))
+"""
+
+
+def _loaded(function: str) -> list[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "functions" / function), str(REPO / "layers" / "headwater")]
+        ),
+        "AWS_LAMBDA_FUNCTION_NAME": f"hw-{function}",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=repr(HEAVY))],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    loaded: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize("function", ["sealer", "forwarder"])
+def test_a_background_function_loads_no_web_framework_geometry_or_surface(function: str) -> None:
+    assert _loaded(function) == []
+
+
+def test_the_api_function_loads_its_web_framework_but_no_geometry() -> None:
+    # It serves every surface (until they are imported on first use, all of their code);
+    # shapely and numpy wait for the first spatial notification filter.
+    loaded = set(_loaded("api"))
+    assert {"fastapi", "headwater.services"} <= loaded  # what the probe must see
+    assert not loaded & {"shapely", "numpy"}

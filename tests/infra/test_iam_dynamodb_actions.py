@@ -269,8 +269,12 @@ def http_functions(template: dict[str, Any]) -> list[str]:
 def _assert_the_scan_sees_the_adapters(needs: dict[str, list[Need]]) -> None:
     """The derivation is not vacuous: it covers every DynamoDB adapter the app builds and
     finds what is known to be there (the issue's Scan among it)."""
-    services = (PACKAGE / "services.py").read_text()
-    built = {n.id for n in ast.walk(ast.parse(services)) if isinstance(n, ast.Name)}
+    built = {
+        n.id
+        for root in ("services.py", "engines.py")  # the composition root and the engines'
+        for n in ast.walk(ast.parse((PACKAGE / root).read_text()))
+        if isinstance(n, ast.Name)
+    }
     assert {c for c in built if c.startswith("Dynamo")} == set(needs)
     for cls, n in needs.items():
         assert n, f"{cls}: no DynamoDB call found"

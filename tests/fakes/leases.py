@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from headwater.engine.ports import CONFLICT, Guard, Lease, LeaseCommit, QueueState
 from tests.fakes.storage import (
     MAX_TXN_ITEMS,
-    Fault,
+    FaultHook,
     FrameRow,
     HeadRow,
     LeaseRow,
@@ -44,24 +44,12 @@ def _hc(old: object | None) -> str | None:
     return getattr(old, "hc", None)
 
 
-class MemoryLeaseStore:
+class MemoryLeaseStore(FaultHook):
+    PREFIX = "leases"
     WRITES = ("claim", "update", "complete")
 
     def __init__(self, account: MemoryAccount) -> None:
         self.account = account
-
-    def fail_next(
-        self,
-        op: str,
-        fault: Fault,
-        *,
-        fresh_token: bool = False,
-        between: Callable[[], None] | None = None,
-    ) -> None:
-        """The fault hook: the next call of `op` (one of WRITES) meets `fault`."""
-        if op not in self.WRITES:
-            raise ValueError(f"{op!r} is not one of {self.WRITES}")
-        self.account.arm(f"leases.{op}", fault, fresh_token=fresh_token, between=between)
 
     # --- reads --------------------------------------------------------------------------
     def load(self, qkey: str, at: int | None = None) -> QueueState:

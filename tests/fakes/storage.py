@@ -304,3 +304,25 @@ def _unknown(op: str) -> OutcomeUnknown:
         f"storage did not confirm the {op}; it may or may not have applied, and will not "
         "apply twice (retry with an idempotency key to learn which)"
     )
+
+
+class FaultHook:
+    """`fail_next` for a fake store whose writes (WRITES) can meet a Fault; `PREFIX` names
+    the store in the account's fault table and call counts."""
+
+    PREFIX: str
+    WRITES: tuple[str, ...]
+    account: MemoryAccount
+
+    def fail_next(
+        self,
+        op: str,
+        fault: Fault,
+        *,
+        fresh_token: bool = False,
+        between: Callable[[], None] | None = None,
+    ) -> None:
+        """The fault hook: the next call of `op` (one of WRITES) meets `fault`."""
+        if op not in self.WRITES:
+            raise ValueError(f"{op!r} is not one of {self.WRITES}")
+        self.account.arm(f"{self.PREFIX}.{op}", fault, fresh_token=fresh_token, between=between)

@@ -28,7 +28,7 @@ from tests.fakes.heads import read_head, stored_head
 from tests.fakes.storage import (
     MAX_ITEM_BYTES,
     MAX_TXN_ITEMS,
-    Fault,
+    FaultHook,
     FrameRow,
     HeadRow,
     IdemRow,
@@ -43,25 +43,13 @@ def tag_sort_key(tag: str, frame_seq: int) -> str:
     return f"{tag}\x00{frame_seq:020d}"
 
 
-class MemoryLogTailStore:
+class MemoryLogTailStore(FaultHook):
+    PREFIX = "tail"
     WRITES = ("commit_append", "commit_delete", "commit_evict", "set_trimmed")
 
     def __init__(self, account: MemoryAccount, blobs: BlobStore) -> None:
         self.account = account
         self.blobs = blobs
-
-    def fail_next(
-        self,
-        op: str,
-        fault: Fault,
-        *,
-        fresh_token: bool = False,
-        between: Callable[[], None] | None = None,
-    ) -> None:
-        """The fault hook: the next call of `op` (one of WRITES) meets `fault`."""
-        if op not in self.WRITES:
-            raise ValueError(f"{op!r} is not one of {self.WRITES}")
-        self.account.arm(f"tail.{op}", fault, fresh_token=fresh_token, between=between)
 
     # --- append -------------------------------------------------------------------------
     def commit_append(self, c: AppendCommit) -> bool:

@@ -89,12 +89,11 @@ glue-local: deps-py deps-java
 	  AWS_REGION=$${AWS_REGION:-us-east-1} \
 	  $(PY) glue_jobs/rollup_job.py --bucket $(GLUE_BUCKET) --resource-prefix $(GLUE_PREFIX) --endpoint-url $(GLUE_ENDPOINT) --sentiment-topics sentiment $(GLUE_ARGS)
 
-# sam deploy (samconfig.toml's default environment), then the Glue job's library zip to the
-# stack's data bucket (sam deploy uploads the job script but not --extra-py-files).
+# sam deploy (samconfig.toml's default environment). Nothing follows it: the stack's
+# GlueLibrary custom resource uploads the Glue jobs' library zip itself.
 STACK ?= headwater-dev
 deploy: build deps-py
 	$(SAMVENV)/bin/sam deploy --stack-name $(STACK)
-	$(PY) glue_jobs/package.py --stack $(STACK)
 
 bench: deps
 	$(PY) -m bench.run_all

@@ -6,7 +6,9 @@ s3://<DataBucket>/glue/headwater-rollup.zip.
     .venv/bin/python glue_jobs/package.py --bucket <DataBucketName> [--profile p]
     .venv/bin/python glue_jobs/package.py --stack <stack name>    # bucket from the outputs
 
-`make deploy` runs the last form after `sam deploy`.
+A plain `sam deploy` needs none of these: the stack's GlueLibrary custom resource runs
+`handler` below (GlueLibraryFunction: this directory as its code, the Headwater layer for the
+`headwater` package) and uploads the same zip on every deploy that changes either.
 
 Third-party runtime dependencies are not in the zip: Glue 5.0 ships boto3, and the job
 installs orjson with --additional-python-modules (template.yaml)."""
@@ -14,25 +16,35 @@ installs orjson with --additional-python-modules (template.yaml)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = {
-    "headwater": REPO / "layers" / "headwater" / "headwater",
-    "rollup": REPO / "glue_jobs" / "rollup",
-    "indexer": REPO / "glue_jobs" / "indexer",
-}
-DEFAULT_OUT = REPO / "glue_jobs" / "dist" / "headwater-rollup.zip"
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "dist" / "headwater-rollup.zip"
 S3_KEY = "glue/headwater-rollup.zip"
+
+
+def packages() -> dict[str, Path]:
+    """The zip's packages: `headwater` wherever it is imported from (the source tree here,
+    the Headwater layer's /opt/python in the custom resource's function), the jobs' own
+    packages from beside this file."""
+    import headwater
+
+    return {
+        "headwater": Path(headwater.__file__).resolve().parent,
+        "rollup": HERE / "rollup",
+        "indexer": HERE / "indexer",
+    }
 
 
 def build(out: Path = DEFAULT_OUT) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, root in PACKAGES.items():
+        for name, root in packages().items():
             for path in sorted(root.rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                     zf.write(path, f"{name}/{path.relative_to(root).as_posix()}")
@@ -58,6 +70,67 @@ def main(argv: list[str] | None = None) -> int:
         s3.upload_file(str(out), bucket, S3_KEY)
         print(f"uploaded s3://{bucket}/{S3_KEY}")
     return 0
+
+
+def handler(event: dict[str, Any], context: Any) -> None:
+    """The GlueLibrary custom resource (template.yaml): Create and Update build the zip and
+    put it at s3://<Bucket>/<Key>; Delete removes it. Always answers CloudFormation (a
+    custom resource that never answers holds the stack for an hour): FAILED with the reason
+    when the upload failed, so the deploy stops and rolls back."""
+    import boto3
+
+    props = event.get("ResourceProperties") or {}
+    bucket, key = str(props.get("Bucket", "")), str(props.get("Key") or S3_KEY)
+    physical = f"s3://{bucket}/{key}"
+    status, reason = "SUCCESS", ""
+    try:
+        s3 = boto3.client("s3")
+        if event["RequestType"] in ("Create", "Update"):
+            out = build(Path("/tmp") / "headwater-rollup.zip")
+            s3.upload_file(str(out), bucket, key)
+        elif event["RequestType"] == "Delete" and bucket:
+            try:
+                s3.delete_object(Bucket=bucket, Key=key)
+            except Exception as exc:  # a retained or emptied bucket: nothing to remove
+                print(json.dumps({"message": "library not removed", "error": repr(exc)}))
+    except Exception as exc:
+        status, reason = "FAILED", f"{type(exc).__name__}: {exc}"[:1000]
+    print(
+        json.dumps(
+            {
+                "message": "glue library",
+                "request": event["RequestType"],
+                "status": status,
+                "reason": reason,
+                "object": physical,
+            }
+        )
+    )
+    _answer(event, status, reason, physical, {"Uri": physical})
+
+
+def _answer(
+    event: dict[str, Any], status: str, reason: str, physical: str, data: dict[str, str]
+) -> None:
+    body = json.dumps(
+        {
+            "Status": status,
+            "Reason": reason or "see the function's log",
+            "PhysicalResourceId": physical,
+            "StackId": event["StackId"],
+            "RequestId": event["RequestId"],
+            "LogicalResourceId": event["LogicalResourceId"],
+            "Data": data,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        event["ResponseURL"],
+        data=body,
+        method="PUT",
+        headers={"content-type": "", "content-length": str(len(body))},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
 
 
 def stack_bucket(cloudformation: Any, stack: str) -> str:

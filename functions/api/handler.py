@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mangum import Mangum
 
 from headwater.http.app import create_app
-from headwater.obs import function_logger
+from headwater.obs import function_logger, traced
 
 logger = function_logger()  # the core's loggers write through it too
 metrics = Metrics()
@@ -34,6 +34,7 @@ asgi = Mangum(create_app(), lifespan="off")
 _cold_start = True
 
 
+@traced  # EnableTracing: Powertools Tracer around the rest (obs.traced)
 @logger.inject_lambda_context(
     correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True
 )

@@ -43,7 +43,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from headwater.engine.routers import RouterEngine, StreamBatch
 from headwater.engines import Core
 from headwater.http.ws_gateway import Delivery
-from headwater.obs import function_logger
+from headwater.obs import function_logger, traced
 from headwater.settings import Settings
 from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
 
@@ -106,6 +106,7 @@ def frame_key(record: DynamoDBRecord) -> tuple[str, int, int] | None:
     return topic, int(epoch), int(image["ls"])
 
 
+@traced  # EnableTracing: Powertools Tracer around the rest (obs.traced)
 @metrics.log_metrics(capture_cold_start_metric=True)
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater.engines import Core
-from headwater.obs import function_logger
+from headwater.obs import function_logger, traced
 from headwater.settings import Settings
 
 logger = function_logger()  # the core's loggers write through it too
@@ -40,6 +40,7 @@ def _built() -> Core:
 
 @metrics.log_metrics(capture_cold_start_metric=True)
 # The schedule's EventBridge event id: one sweep's lines, the core's warnings included.
+@traced  # EnableTracing: Powertools Tracer around the rest (obs.traced)
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     core = _built()

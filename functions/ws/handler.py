@@ -46,7 +46,7 @@ from headwater.http.ws_gateway import (
     now_s,
     principal_of,
 )
-from headwater.obs import function_logger
+from headwater.obs import function_logger, traced
 from headwater.services import LazyServices, Services
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
@@ -183,6 +183,7 @@ async def on_message(rt: Runtime, event: dict[str, Any], deadline: float) -> Non
 
 
 # API Gateway's requestContext.requestId (the same path for WebSocket events).
+@traced  # EnableTracing: Powertools Tracer around the rest (obs.traced)
 @logger.inject_lambda_context(
     correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True
 )

@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("fastapi", "starlette", "pydantic", "shapely", "numpy", "headwater.services")
+# aws_xray_sdk: the tracer loads only with EnableTracing (headwater.obs.traced)
+HEAVY = (
+    "fastapi",
+    "starlette",
+    "pydantic",
+    "shapely",
+    "numpy",
+    "headwater.services",
+    "aws_xray_sdk",
+)
 
 PROBE = """
 import json, sys
@@ -55,4 +64,4 @@ def test_the_api_function_loads_its_web_framework_but_no_geometry() -> None:
     # shapely and numpy wait for the first spatial notification filter.
     loaded = set(_loaded("api"))
     assert {"fastapi", "headwater.services"} <= loaded  # what the probe must see
-    assert not loaded & {"shapely", "numpy"}
+    assert not loaded & {"shapely", "numpy", "aws_xray_sdk"}

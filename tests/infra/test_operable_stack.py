@@ -387,7 +387,7 @@ def test_the_stream_functions_uvicorn_logs_json(
     # WHEN run.sh's command line is parsed THEN uvicorn takes the file from the environment
     run_sh = (REPO / "functions" / "stream" / "run.sh").read_text()
     command = run_sh.split("exec python -m uvicorn", 1)[1].replace("\\\n", " ")
-    argv = [arg.replace("${PORT:-8080}", "8080") for arg in shlex.split(command)]
+    argv = [arg.replace("${AWS_LWA_PORT:-${PORT:-8080}}", "8080") for arg in shlex.split(command)]
     ctx = uvicorn_cli.make_context("uvicorn", argv)
     assert ctx.params["log_config"] == str(config_file)
     root = logging.getLogger()

@@ -1,6 +1,7 @@
 """StreamFunction's entry (functions/stream/run.sh) started exactly as the Lambda Web
-Adapter starts it: PORT set, exec'd as the handler, readiness polled on /v0/health over
-loopback, then requests proxied to 127.0.0.1:$PORT. AWS is a moto server on loopback."""
+Adapter starts it: AWS_LWA_PORT set, exec'd as the handler, readiness polled on /v0/health
+over loopback, then requests proxied to 127.0.0.1:$AWS_LWA_PORT with the invocation's
+x-amzn-lambda-context / x-amzn-request-context headers. AWS is a moto server on loopback."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def lambda_env(
         "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
         "AWS_LWA_INVOKE_MODE": "response_stream",
         "AWS_LWA_READINESS_CHECK_PATH": "/v0/health",
-        "PORT": str(port),
+        "AWS_LWA_PORT": str(port),
         # template.yaml's /var/task/logging.json, the task root being functions/stream here
         "UVICORN_LOG_CONFIG": str(RUN_SH.parent / "logging.json"),
         "HEADWATER_RESOURCE_PREFIX": "hw-stream",
@@ -111,7 +112,7 @@ def test_run_sh_serves_like_under_the_web_adapter(lambda_env: dict[str, str]) ->
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    base = f"http://127.0.0.1:{lambda_env['PORT']}"
+    base = f"http://127.0.0.1:{lambda_env['AWS_LWA_PORT']}"
     try:
         # WHEN the adapter's readiness check polls /v0/health THEN it turns 200
         ready = _wait_http(f"{base}/v0/health", proc, DEADLINE_S)
@@ -148,6 +149,16 @@ def test_run_sh_serves_like_under_the_web_adapter(lambda_env: dict[str, str]) ->
             # AND the keys came from SSM: a wrong token is refused
             denied = client.get("/v0/topics", headers={"authorization": "Bearer nope"})
             assert denied.status_code == 401, denied.text
+
+            # AND a request the adapter proxies carries its invocation's ids
+            invocation = {
+                "x-amzn-lambda-context": json.dumps(
+                    {"request_id": "inv-7f3a", "deadline": 1, "invoked_function_arn": "arn"}
+                ),
+                "x-amzn-request-context": json.dumps({"requestId": "url-req-42"}),
+            }
+            missing = client.get("/v0/topics/nope", headers=invocation)
+            assert missing.status_code == 404, missing.text
     finally:
         # THEN SIGTERM (what Lambda sends at shutdown) stops it cleanly
         code = _stop(proc)
@@ -156,5 +167,24 @@ def test_run_sh_serves_like_under_the_web_adapter(lambda_env: dict[str, str]) ->
     assert code in (0, -signal.SIGTERM), output
     assert "Traceback" not in output, output
     # AND whatever the process logged is JSON lines (CloudWatch Logs Insights fields)
-    for line in filter(str.strip, output.splitlines()):
-        assert isinstance(json.loads(line), dict), output
+    lines = [json.loads(line) for line in filter(str.strip, output.splitlines())]
+    assert all(isinstance(line, dict) for line in lines), output
+    # AND the proxied invocation logged its request line with its ids (only that one: the
+    # readiness checks and the header-less requests above carry none)
+    requests = [line for line in lines if line.get("message") == "request"]
+    assert len(requests) == 1, output
+    assert requests[0]["function_request_id"] == "inv-7f3a", requests
+    assert requests[0]["correlation_id"] == "url-req-42", requests
+    assert (requests[0]["method"], requests[0]["path"], requests[0]["status"]) == (
+        "GET",
+        "/v0/topics/nope",
+        404,
+    )
+    # AND emitted its metrics in CloudWatch's embedded metric format
+    emf = [line for line in lines if "_aws" in line]
+    assert len(emf) == 1, output
+    (directive,) = emf[0]["_aws"]["CloudWatchMetrics"]
+    assert {m["Name"] for m in directive["Metrics"]} == {"Requests", "ServerErrors", "Duration"}
+    assert directive["Dimensions"] == [["function_name"]]
+    assert (emf[0]["Requests"], emf[0]["ServerErrors"]) == (1, 0)
+    assert emf[0]["function_name"] == "headwater-test-StreamFunction"

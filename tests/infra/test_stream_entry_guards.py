@@ -29,7 +29,7 @@ def test_run_sh_closes_a_slowloris_socket_after_the_header_deadline(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    port = int(env["PORT"])
+    port = int(env["AWS_LWA_PORT"])
     try:
         assert _wait_http(f"http://127.0.0.1:{port}/v0/health", proc, 30).status_code == 200
         # GIVEN a socket that starts a request head and never finishes it

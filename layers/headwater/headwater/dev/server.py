@@ -1,5 +1,8 @@
 """`make run`: start the embedded emulator (unless an AWS endpoint is configured), create the
-tables and bucket, and serve the whole API with uvicorn. Ctrl-C stops everything.
+tables and bucket, and serve the whole API with uvicorn. Ctrl-C stops everything. With
+HEADWATER_EMULATOR=off it serves against AWS itself: no emulator, nothing created (the
+tables and bucket of a deployed stack, named by HEADWATER_RESOURCE_PREFIX and
+HEADWATER_BUCKET).
 
 /api/v1 serves the example notification schema (infra/notification_schema.example.yaml)
 unless HEADWATER_NOTIFICATION_SCHEMA names another (set it empty for none), and, bound to
@@ -38,6 +41,8 @@ from headwater.storage.clients import AwsClients
 # The repository's example schema (a source checkout; absent from an installed package).
 EXAMPLE_SCHEMA = Path(__file__).resolve().parents[4] / "infra" / "notification_schema.example.yaml"
 EXAMPLE_FLAG_TOKENS = Path(__file__).resolve().parents[4] / "infra" / "flag_tokens.example.yaml"
+ENV_DEBUG_LOGGERS = "HEADWATER_DEBUG_LOGGERS"
+ENV_EMULATOR = "HEADWATER_EMULATOR"  # "off": serve against AWS itself (deployed tables)
 CLOSING_GRACE_S = 0.5  # lets closing frames reach the sockets before uvicorn closes them
 
 
@@ -98,9 +103,18 @@ def default_flag_tokens(settings: Settings) -> str | None:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # e.g. HEADWATER_DEBUG_LOGGERS=headwater.engine.routers: those loggers at DEBUG
+    for name in filter(None, os.environ.get(ENV_DEBUG_LOGGERS, "").split(",")):
+        logging.getLogger(name.strip()).setLevel(logging.DEBUG)
     log = logging.getLogger("headwater.dev")
     emulator: MotoServer | None = None
-    if not external_endpoint_configured():
+    real_aws = os.environ.get(ENV_EMULATOR, "").strip().lower() in ("off", "0", "false", "no")
+    if real_aws:
+        # Against AWS itself (the default credential chain and region): the tables and the
+        # bucket are the ones a `sam deploy` made (HEADWATER_RESOURCE_PREFIX = the stack
+        # name, HEADWATER_BUCKET = its DataBucketName output); nothing is created here.
+        log.info("%s=off: serving against AWS; no emulator, no resources created", ENV_EMULATOR)
+    elif not external_endpoint_configured():
         port = int(os.environ[ENV_EMULATOR_PORT]) if os.environ.get(ENV_EMULATOR_PORT) else None
         emulator = MotoServer(port).start()
         os.environ.update(emulator.env())
@@ -118,7 +132,8 @@ def main() -> int:
         if tokens is not None:
             log.info("flag tokens: %s (set %s to change)", tokens, ENV_FLAG_TOKENS)
         settings = Settings.from_env()
-        ensure_resources(settings, AwsClients.create(settings))
+        if not real_aws:
+            ensure_resources(settings, AwsClients.create(settings))
         from headwater.http.app import create_app
 
         try:

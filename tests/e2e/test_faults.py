@@ -62,6 +62,8 @@ SERVER_ENV = {
     # frame must not be trimmed while its outcome may still be in question (docs/storage.md)
     "HEADWATER_SEAL_GRACE_MS": "30000",
     "HEADWATER_TIERING_INTERVAL_MS": "500",
+    # one line per router forward and cursor advance, quoted when the copy differs
+    "HEADWATER_DEBUG_LOGGERS": "headwater.engine.routers",
 }
 
 
@@ -317,6 +319,16 @@ def _read_ids(url: str, topic: str) -> list[tuple[int, str]]:
                 return out
 
 
+def _forward_lines(rig: Rig) -> str:
+    """The servers' router forward / advance lines (HEADWATER_DEBUG_LOGGERS), in time order:
+    what each forwarder read, skipped, copied under which key, and where it moved the cursor."""
+    lines: list[str] = []
+    for s in rig.servers:
+        text = Path(s.log_path).read_text(errors="replace")
+        lines += [ln for ln in text.splitlines() if "headwater.engine.routers" in ln]
+    return "\n".join(sorted(lines)[-400:])
+
+
 def _setup(url: str) -> None:
     with httpx.Client(base_url=url, timeout=60) as http:
         for path, body in (
@@ -429,7 +441,7 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
         dups = [(s, rid) for s, rid in copied if copy.count(rid) > 1]
         problems.append(
             f"router copy differs: {len(copy)} records vs {len(log)} in the source; "
-            f"copied twice: {dups[:12]}"
+            f"copied twice: {dups[:12]}\n" + _forward_lines(rig)
         )
 
     acknowledged = sum(1 for op in ops if op.outcome == "ok")

@@ -329,6 +329,21 @@ class RouterEngine:
                 # different lengths, and must still meet on one key.
                 key = f"{ROUTER_META}:{router.name}:{res.head.epoch}:{srcs[0]}"
             done = await self.log.append(router.dest, AppendRequest(out, idempotency_key=key))
+            # One line per forward (tests/e2e/test_faults.py turns them on to explain a copy
+            # that differs: HEADWATER_DEBUG_LOGGERS=headwater.engine.routers).
+            log.debug(
+                "forward %s by %s: cursor %d skip %d src %d..%d -> dest %d..%d key %s deduped %s",
+                router.name,
+                self.owner,
+                router.cursor,
+                skip_upto,
+                srcs[0],
+                srcs[-1],
+                done.first_seq,
+                done.last_seq,
+                key,
+                done.deduped,
+            )
             taken = done.last_seq - done.first_seq + 1
             if done.deduped and taken < len(out):
                 # An earlier forward from this cursor copied a shorter batch: its copies are
@@ -338,6 +353,14 @@ class RouterEngine:
                 out = out[:taken]
         advanced = await self.log.run_io(
             self.store.advance, router.name, router.cursor, upto, len(out)
+        )
+        log.debug(
+            "advance %s by %s: %d -> %d %s",
+            router.name,
+            self.owner,
+            router.cursor,
+            upto,
+            "ok" if advanced else "moved under us",
         )
         return (len(out), upto) if advanced else None
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from bench import (
     bench_coldstart,
+    bench_costs,
     bench_dashboard,
     bench_durable,
     bench_flags,
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     missed += [f"{name}@coldstart" for name in coldstart["targets_missed"]]
     # a handler import that failed or touched the network counts as a failed request
     errors += coldstart["errors"]
+    print("\n######## bench costs (idle per month, $ per million per surface, peers)")
+    bench_costs.main()
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0

@@ -125,11 +125,14 @@ def test_metrics_show_a_prefix_key_its_own_topics_only(app: TestClient) -> None:
     text = app.get("/v0/metrics", headers=P).text
     assert FOREIGN not in text, text
     assert set(re.findall(r'topic="([^"]*)"', text)) == own
-    gauges = dict(
-        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
-    )
-    assert gauges["topics_topics"] == "3" and gauges["topics_records_live"] == "5"
-    assert gauges["topics_queue_topics"] == "1" and gauges["topics_routers"] == "0"
+    gauges = {
+        name: float(value)
+        for name, value in (
+            line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
+        )
+    }
+    assert gauges["topics_topics"] == 3 and gauges["topics_records_live"] == 5
+    assert gauges["topics_queue_topics"] == 1 and gauges["topics_routers"] == 0
     body = app.get("/v0/metrics", headers={**P, "accept": "application/json"}).json()
     assert set(body["topics"]) == own and body["gauges"]["topics_topics"] == 3
     # the full key sees every topic and router

@@ -45,6 +45,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 import httpx
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from headwater.flags.apply import ApplyMismatch, apply_inline, verify_snapshot
 from headwater.flags.closure import HASH_PREFIX, FlagSelection
@@ -63,7 +64,8 @@ _CLOSURE_PATH_RE = re.compile(r"^/api/v1/tenants/([^/]+)/namespaces/([^/]+)/clos
 _ETAG_RE = re.compile(r'^(?:W/)?"v([0-9]+)-(sha256:[0-9a-f]{64})"$')
 
 
-# --- SSE parsing (HTML Living Standard, "Server-sent events", interpreting an event stream) --
+# --- SSE parsing: httpx-sse's line splitter and field decoder (HTML Living Standard,
+# "Server-sent events", interpreting an event stream), fed incrementally -----------------------
 @dataclass(frozen=True, slots=True)
 class ServerSentEvent:
     event: str  # "message" when the stream named none
@@ -75,20 +77,23 @@ class ServerSentEvent:
 class SseDecoder:
     """Incremental SSE decoder: `feed(bytes)` returns the events completed by those bytes.
 
-    Lines end with CRLF, LF or CR (a CR at a chunk's end waits for the next chunk); a leading
-    BOM is dropped; `:` lines are comments; `field: value` strips one space after the colon;
-    a line without a colon is a field with an empty value; `data` lines join with `\\n`; an
-    `id` containing NUL is ignored; `retry` must be all digits; unknown fields are ignored; a
-    blank line dispatches (nothing when the data buffer is empty); an event still incomplete
-    at the end of the stream is discarded."""
+    Lines and fields are httpx-sse's (`SSELineDecoder`, `SSEDecoder`): lines end with CRLF, LF
+    or CR (a CR at a chunk's end waits for the next chunk); `:` lines are comments;
+    `field: value` strips one space after the colon; a line without a colon is a field with
+    an empty value; `data` lines join with `\\n`; an `id` containing NUL is ignored; unknown
+    fields are ignored; a blank line dispatches; an event still incomplete at the end of the
+    stream is discarded. On top of them, as the spec has it: the bytes are UTF-8 (split
+    anywhere), a leading BOM is dropped, an event without a data field is not dispatched,
+    `retry` must be all digits and is remembered across events. (httpx-sse's `EventSource`
+    reads a whole response; this client reads chunk by chunk so that `stop()` and a
+    reconnect request are seen between chunks, so it drives the same decoders itself.)"""
 
     def __init__(self) -> None:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
+        self._lines = SSELineDecoder()
+        self._fields = SSEDecoder()
         self._first = True
-        self._pending_cr = False
-        self._event = ""
-        self._data: list[str] = []
+        self._has_data = False  # the event being read has a data field
         self.last_event_id: str | None = None
         self.retry_ms: int | None = None
 
@@ -99,64 +104,30 @@ class SseDecoder:
         if self._first and text:
             self._first = False
             text = text.removeprefix("\ufeff")
-        if self._pending_cr and text.startswith("\n"):
-            text = text[1:]
-        self._pending_cr = False
-        self._buffer += text
+        if not text:
+            return []
         events: list[ServerSentEvent] = []
-        while True:
-            cut = _line_end(self._buffer)
-            if cut is None:
-                break
-            end, nxt = cut
-            if nxt == len(self._buffer) and self._buffer[end] == "\r":
-                # A CR at the end of what we have: the LF of a CRLF may be in the next chunk.
-                self._pending_cr = True
-            line, self._buffer = self._buffer[:end], self._buffer[nxt:]
-            event = self._line(line)
-            if event is not None:
-                events.append(event)
+        for line in self._lines.decode(text):
+            name = line.partition(":")[0]
+            if name == "retry":  # httpx-sse would take "-1" or " 5"; the spec wants digits
+                value = line[6:].removeprefix(" ")
+                if value.isascii() and value.isdigit():
+                    self.retry_ms = int(value)
+                continue
+            self._has_data = self._has_data or name == "data"
+            sse = self._fields.decode(line)
+            if line:
+                continue
+            has_data, self._has_data = self._has_data, False
+            if sse is None:
+                continue
+            if sse.id or self.last_event_id is not None:
+                self.last_event_id = sse.id  # an empty `id:` resets it (to "")
+            if has_data:  # httpx-sse also dispatches events that have no data field
+                events.append(
+                    ServerSentEvent(sse.event, sse.data, self.last_event_id, self.retry_ms)
+                )
         return events
-
-    def _line(self, line: str) -> ServerSentEvent | None:
-        if line == "":
-            return self._dispatch()
-        if line.startswith(":"):
-            return None
-        name, colon, value = line.partition(":")
-        if colon and value.startswith(" "):
-            value = value[1:]
-        if name == "event":
-            self._event = value
-        elif name == "data":
-            self._data.append(value)
-        elif name == "id":
-            if "\0" not in value:
-                self.last_event_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
-            self.retry_ms = int(value)
-        return None
-
-    def _dispatch(self) -> ServerSentEvent | None:
-        data, event = self._data, self._event
-        self._data, self._event = [], ""
-        if not data:
-            return None
-        return ServerSentEvent(
-            event or "message", "\n".join(data), self.last_event_id, self.retry_ms
-        )
-
-
-def _line_end(buffer: str) -> tuple[int, int] | None:
-    """(end of the first line, start of the next) or None when no line is complete."""
-    for i, ch in enumerate(buffer):
-        if ch == "\n":
-            return i, i + 1
-        if ch == "\r":
-            if i + 1 < len(buffer) and buffer[i + 1] == "\n":
-                return i, i + 2
-            return i, i + 1
-    return None
 
 
 def parse_sse(chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:

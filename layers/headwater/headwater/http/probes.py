@@ -1,9 +1,15 @@
-"""Probes (spec §8): liveness, readiness, and metrics in Prometheus text or JSON."""
+"""Probes (spec §8): liveness, readiness, and metrics in Prometheus text, OpenMetrics or
+JSON. The text expositions are prometheus_client's: each scrape builds a registry holding one
+collector over that scrape's snapshot, and prometheus_client's `choose_encoder` picks the
+format from the Accept header (`application/openmetrics-text` gets OpenMetrics, `text/plain;
+version=1.0.0` the 1.0.0 text format, anything else the Prometheus text format 0.0.4)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -17,6 +23,9 @@ from headwater.http.auth import Principal
 from headwater.http.common import authorize, services
 from headwater.http.responses import json_response
 from headwater.services import LazyServices, Services
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 router = APIRouter()
 PER_TOPIC_LIMIT = 1000  # per-topic gauge block is bounded (topics_topic_metrics_truncated)
@@ -84,9 +93,82 @@ async def _heads(svc: Services, principal: Principal) -> tuple[list[Head], bool]
     return heads, bool(prefixes)
 
 
-async def _snapshot(
-    svc: Services, principal: Principal
-) -> tuple[dict[str, float], list[tuple[str, dict[str, int]]], bool]:
+GAUGE_HELP = {
+    "topics_topics": "Live topics.",
+    "topics_routers": "Routers.",
+    "topics_records_live": "Live records over all topics.",
+    "topics_bytes_live": "Live payload bytes over all topics.",
+    "topics_queue_topics": "Topics of type queue.",
+    "topics_queue_leases_in_flight": "Jobs under an active lease over all queues.",
+    "topics_sse_connections": "Open SSE and WebSocket streams of this process.",
+    "topics_watch_sessions": "Watch sessions.",
+    "topics_ready": "1 when the process serves, 0 while it shuts down.",
+    "topics_recovery_progress": "Recovery progress (always complete: no WAL to replay).",
+    "topics_uptime_ms": "Milliseconds since the process started.",
+    "topics_topic_metrics_truncated": "1 when the per-topic gauges do not cover every topic.",
+}
+BY_CLASS_HELP = "Live topics per durability class."
+PER_TOPIC = (
+    ("head_seq", "Highest assigned seq per topic."),
+    ("earliest_seq", "First live seq per topic."),
+    ("records_live", "Live records per topic."),
+    ("bytes_live", "Live payload bytes per topic."),
+    ("queue_ready", "Claimable jobs per queue topic."),
+    ("queue_in_flight", "Jobs under an active lease per queue topic."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scrape:
+    gauges: dict[str, float]  # unlabelled, by metric name (GAUGE_HELP's order)
+    by_class: dict[str, int]  # durability class -> topics
+    per_topic: list[tuple[str, dict[str, int]]]
+    truncated: bool
+
+    def json_gauges(self) -> dict[str, float]:
+        """The JSON snapshot's gauges: the labelled series under their sample names."""
+        out = dict(self.gauges)
+        for cls, n in sorted(self.by_class.items()):
+            out[f'topics_topics_by_class{{class="{cls}"}}'] = n
+        return out
+
+
+def _families(scrape: _Scrape) -> Iterator[Metric]:
+    """One scrape's snapshot as prometheus_client metric families."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    for name, value in scrape.gauges.items():
+        yield GaugeMetricFamily(name, GAUGE_HELP[name], value=value)
+    by_class = GaugeMetricFamily("topics_topics_by_class", BY_CLASS_HELP, labels=["class"])
+    for cls, n in sorted(scrape.by_class.items()):
+        by_class.add_metric([cls], n)
+    yield by_class
+    for field, help_text in PER_TOPIC:
+        family = GaugeMetricFamily(f"topics_topic_{field}", help_text, labels=["topic"])
+        for topic, vals in scrape.per_topic:
+            if field in vals:
+                family.add_metric([topic], vals[field])
+        yield family
+
+
+def exposition(scrape: _Scrape, accept: str) -> tuple[bytes, str]:
+    """The scrape in the text format `accept` asks for, and its content type. prometheus_client
+    is imported here, at the first scrape: importing it costs a Lambda cold start ~0.1 s."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import choose_encoder
+    from prometheus_client.registry import Collector
+
+    class ScrapeCollector(Collector):
+        def collect(self) -> Iterator[Metric]:
+            return _families(scrape)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ScrapeCollector())
+    encode, content_type = choose_encoder(accept)
+    return encode(registry), content_type
+
+
+async def _snapshot(svc: Services, principal: Principal) -> _Scrape:
     """Gauges and per-topic series as `principal` may see them. A prefix-limited key gets the
     topic and router figures of its allowlist only (no other tenant's names, nor its sizes);
     the process figures (connections, sessions, readiness, uptime) are the process's."""
@@ -115,8 +197,6 @@ async def _snapshot(
         "topics_uptime_ms": svc.uptime_ms(),
         "topics_topic_metrics_truncated": 1 if truncated else 0,
     }
-    for cls, n in sorted(by_class.items()):
-        gauges[f'topics_topics_by_class{{class="{cls}"}}'] = n
     per_topic = [
         (
             h.topic,
@@ -139,42 +219,21 @@ async def _snapshot(
             vals["queue_in_flight"] = c.in_flight
             in_flight += c.in_flight
     gauges["topics_queue_leases_in_flight"] = in_flight
-    return gauges, per_topic, truncated
-
-
-def _escape(label: str) -> str:
-    return label.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return _Scrape(gauges, by_class, per_topic, truncated)
 
 
 @router.get("/v0/metrics")
 async def metrics(request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "read")  # ANONYMOUS (open) without keys
-    gauges, per_topic, truncated = await _snapshot(svc, principal)
-    if "application/json" in request.headers.get("accept", ""):
+    scrape = await _snapshot(svc, principal)
+    accept = request.headers.get("accept", "")
+    if "application/json" in accept:
         body: dict[str, Any] = {
-            "gauges": gauges,
-            "topics": {name: vals for name, vals in per_topic},
-            "truncated": truncated,
+            "gauges": scrape.json_gauges(),
+            "topics": {name: vals for name, vals in scrape.per_topic},
+            "truncated": scrape.truncated,
         }
         return json_response(request, body)
-    lines: list[str] = []
-    for name, value in gauges.items():
-        base = name.split("{")[0]
-        if not any(line.startswith(f"# TYPE {base} ") for line in lines):
-            lines.append(f"# TYPE {base} gauge")
-        lines.append(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}")
-    for field, help_text in (
-        ("head_seq", "Highest assigned seq per topic."),
-        ("earliest_seq", "First live seq per topic."),
-        ("records_live", "Live records per topic."),
-        ("bytes_live", "Live payload bytes per topic."),
-        ("queue_ready", "Claimable jobs per queue topic."),
-        ("queue_in_flight", "Jobs under an active lease per queue topic."),
-    ):
-        lines.append(f"# HELP topics_topic_{field} {help_text}")
-        lines.append(f"# TYPE topics_topic_{field} gauge")
-        for name, vals in per_topic:
-            if field in vals:
-                lines.append(f'topics_topic_{field}{{topic="{_escape(name)}"}} {vals[field]}')
-    return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8")
+    text, content_type = exposition(scrape, accept)
+    return Response(text, headers={"Content-Type": content_type})

@@ -7,9 +7,9 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast lint fmt build deploy bench deps deps-py deps-sam deps-node deps-java clean glue-local
+.PHONY: run test test-fast lint fmt build deploy bench deps deps-py deps-sam deps-node deps-java deps-chromium clean glue-local
 
-deps: deps-py deps-sam deps-node deps-java
+deps: deps-py deps-sam deps-node deps-java deps-chromium
 
 $(VENV)/.stamp: requirements.txt requirements-dev.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -37,6 +37,11 @@ deps-node: node_modules/.stamp
 
 deps-java:
 	@command -v java >/dev/null || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
+
+# Debian's Chromium for the console's browser tests (tests/e2e/test_console.py drives it with
+# Playwright's executable_path; Playwright's own browser download is never used).
+deps-chromium:
+	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 run: deps-py
 	$(PY) -m headwater.dev.server

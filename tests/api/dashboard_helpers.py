@@ -1,5 +1,5 @@
 """Helpers for the /api/v2 dashboard API tests (docs/dashboard.md and the spec
-../shared/specs/dashboard-sse-contract.txt): item factories, an independent model of the
+docs/specs/dashboard-sse-contract.txt): item factories, an independent model of the
 metrics (a brute-force recount of what a test posted, never the product's Tally), an SSE
 frame reader with bounded waits, and a settable clock for the app's engine."""
 

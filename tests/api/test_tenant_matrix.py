@@ -193,6 +193,22 @@ CASES: list[Case] = [
         s(200),
         setup=lambda c, n, k: mk_queue(c, n.t),
     ),
+    # --- the API reference: public, the same for every deployment (no tenant's names) ---------
+    Case(
+        "openapi",
+        ("GET", "/openapi.json"),
+        lambda c, h, n: c.get("/openapi.json", headers=h),
+        None,
+        s(200),
+    ),
+    Case("docs", ("GET", "/docs"), lambda c, h, n: c.get("/docs", headers=h), None, s(200)),
+    Case(
+        "docs.asset",
+        ("GET", "/docs/{asset}"),
+        lambda c, h, n: c.get("/docs/swagger-ui.css", headers=h),
+        None,
+        s(200),
+    ),
     # --- /v0 topics ---------------------------------------------------------------------------
     Case(
         "topic.put",

@@ -126,9 +126,10 @@ def test_notifications_are_wired(template: dict[str, Any]) -> None:
         "Ref": "StreamTimeoutSeconds"
     }
     assert stream["Timeout"] == {"Ref": "StreamTimeoutSeconds"}
+    # X-Request-ID: CORS is the app's (tests/api/test_cors.py: every header exposed); the
+    # function URLs add none of their own
     for name in ("ApiFunction", "StreamFunction"):
-        cors = template["Resources"][name]["Properties"]["FunctionUrlConfig"]["Cors"]
-        assert "x-request-id" in cors["AllowHeaders"] and "x-request-id" in cors["ExposeHeaders"]
+        assert "Cors" not in template["Resources"][name]["Properties"]["FunctionUrlConfig"]
 
 
 def test_flags_are_wired(template: dict[str, Any]) -> None:
@@ -144,6 +145,11 @@ def test_flags_are_wired(template: dict[str, Any]) -> None:
     conditional = {
         s["Fn::If"][0]: s["Fn::If"][1] for s in statements if isinstance(s, dict) and "Fn::If" in s
     }
-    assert conditional["HasFlagTokens"]["Action"] == ["ssm:GetParameter"]
-    assert "${FlagTokensParameterName}" in conditional["HasFlagTokens"]["Resource"]["Fn::Sub"]
-    assert "${SigningKeyParameterName}" in conditional["HasSigningKey"]["Resource"]["Fn::Sub"]
+    # each: an SSM parameter, or a Secrets Manager secret (`secret:<name>`; the other
+    # branch, tests/infra/test_deployable_stack.py)
+    tokens_secret, tokens_ssm = conditional["HasFlagTokens"]["Fn::If"][1:]
+    assert tokens_ssm["Action"] == ["ssm:GetParameter"]
+    assert "${FlagTokensParameterName}" in tokens_ssm["Resource"]["Fn::Sub"]
+    assert tokens_secret["Action"] == ["secretsmanager:GetSecretValue"]
+    _key_secret, key_ssm = conditional["HasSigningKey"]["Fn::If"][1:]
+    assert "${SigningKeyParameterName}" in key_ssm["Resource"]["Fn::Sub"]

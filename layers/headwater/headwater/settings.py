@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -228,6 +229,22 @@ def lambda_stream_limit_sec(timeout_sec: int) -> int:
     return max(1, timeout - min(60, max(5, timeout // 10)))
 
 
+ENV_CORS_ORIGINS = "HEADWATER_CORS_ORIGINS"
+_ORIGIN = re.compile(r"^(\*|https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?)$")
+
+
+def _cors_origins(env: Mapping[str, str]) -> tuple[str, ...]:
+    """HEADWATER_CORS_ORIGINS: comma-separated origins (`*`, or scheme://host[:port], which
+    is what a browser sends: no path); unset or empty admits any origin."""
+    raw = [o.strip() for o in env.get(ENV_CORS_ORIGINS, "").split(",") if o.strip()]
+    for origin in raw:
+        if not _ORIGIN.match(origin):
+            raise ConfigurationError(
+                f"{ENV_CORS_ORIGINS}: {origin!r} is not an origin (`*` or scheme://host[:port])"
+            )
+    return tuple(dict.fromkeys(raw)) or ("*",)
+
+
 def _watch_max_stream(env: Mapping[str, str]) -> int:
     limit = _int(env, ENV_WATCH_MAX_STREAM_SEC, 0, 0)
     if env.get(ENV_LAMBDA_FUNCTION_NAME):
@@ -372,6 +389,10 @@ class Settings:
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     aws_read_timeout_ms: int = 30_000
     aws_max_attempts: int = 8
+    # Browser origins CORS admits. The app is CORS's one source (locally and behind both
+    # function URLs, which carry no CORS configuration): template.yaml passes CorsAllowOrigin
+    # and DashboardOrigin.
+    cors_origins: tuple[str, ...] = ("*",)
 
     @property
     def bucket_name(self) -> str:
@@ -438,6 +459,7 @@ class Settings:
             dashboard=_dashboard(e, _int(e, ENV_POLL_MS, 200, 10)),
             aws_read_timeout_ms=_int(e, ENV_AWS_READ_TIMEOUT_MS, 30_000, 100),
             aws_max_attempts=_int(e, ENV_AWS_MAX_ATTEMPTS, 8, 1),
+            cors_origins=_cors_origins(e),
             tiering=Tiering(
                 seal_records=_int(e, ENV_SEAL_RECORDS, 4096, 1),
                 seal_bytes=_int(e, ENV_SEAL_BYTES, 4 << 20, 1),

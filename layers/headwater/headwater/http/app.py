@@ -13,8 +13,10 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from headwater import __version__
+from headwater.console import ConsoleRoute
 from headwater.flags.tokens import load_tokens
 from headwater.http import (
+    api_docs,
     dashboard,
     errors,
     flags,
@@ -119,12 +121,15 @@ def create_app(
     app.include_router(notifications.router)
     app.include_router(flags.router)
     app.include_router(dashboard.router)
+    api_docs.install(app)  # GET /openapi.json and /docs (Swagger UI, no CDN)
+    app.routes.append(ConsoleRoute())  # /console: the web console (docs/console.md)
     app.add_middleware(InflightLimit)
     app.add_middleware(EncodedSlashGuard)
     app.add_middleware(GZipUnlessCompressed, minimum_size=1024)  # never gzips a tar.gz again
     app.add_middleware(
         CORSMiddleware,
-        allow_origins=["*"],
+        # the one source of CORS, locally and behind both function URLs (settings.cors_origins)
+        allow_origins=list(settings.cors_origins),
         allow_methods=["*"],
         allow_headers=["*"],
         expose_headers=["*"],

@@ -32,6 +32,7 @@ from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
 from headwater.http.dashboard_errors import PREFIX
 from headwater.http.limits import Slot
+from headwater.http.openapi_decl import body, doc, empty, header, model, query, sse
 from headwater.http.sse import EventStreamResponse, bare_event_stream
 
 router = APIRouter()
@@ -40,6 +41,10 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel
 RETRY_AFTER_S = 30
 READY_TIMEOUT_S = 10.0
 MAX_REPORTED_ERRORS = 100
+USER = header(
+    "X-User-ID", {"type": "string"}, "Identifies the user (not authentication)", required=True
+)
+LAST_EVENT_ID = header("Last-Event-ID", {"type": "string"}, "Resume after this event")
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -59,7 +64,21 @@ def _user(request: Request, *, query_fallback: bool = False) -> str:
 
 
 # --- ingest ------------------------------------------------------------------------------
-@router.post(PREFIX + "/sentiment")
+@router.post(
+    PREFIX + "/sentiment",
+    **doc(
+        "dashboard",
+        "Ingest sentiment items",
+        request=body("IngestRequest"),
+        params=[header("Idempotency-Key", {"type": "string"}, "1..256 characters")],
+        ok={
+            200: model("Ingested", "Deduped: the Idempotency-Key matched"),
+            201: model("Ingested", "Appended"),
+        },
+        errors=(400, 401, 403, 413, 415, 422, 429, 503),
+        credential="apiKey",
+    ),
+)
 async def ingest(request: Request) -> Response:
     svc = services(request)
     dash = svc.dashboard
@@ -111,7 +130,10 @@ async def ingest(request: Request) -> Response:
     )
 
 
-@router.get(PREFIX + "/metrics")
+@router.get(
+    PREFIX + "/metrics",
+    **doc("dashboard", "Sentiment metrics now", ok={200: model("DashboardMetrics")}, errors=(503,)),
+)
 async def metrics(request: Request) -> Response:
     """The metrics event's data, now (REST; the stream pushes the same)."""
     dash = dashboard(request)
@@ -120,7 +142,17 @@ async def metrics(request: Request) -> Response:
 
 
 # --- configurations ----------------------------------------------------------------------
-@router.post(PREFIX + "/configurations")
+@router.post(
+    PREFIX + "/configurations",
+    **doc(
+        "dashboard",
+        "Create a configuration",
+        request=body("ConfigurationCreate"),
+        params=[USER],
+        ok={201: model("Configuration", "Created")},
+        errors=(400, 401, 413, 415, 429, 503),
+    ),
+)
 async def create_config(request: Request) -> Response:
     dash = dashboard(request)
     user = _user(request)
@@ -131,7 +163,16 @@ async def create_config(request: Request) -> Response:
     return _json(config_json(cfg), 201)
 
 
-@router.get(PREFIX + "/configurations")
+@router.get(
+    PREFIX + "/configurations",
+    **doc(
+        "dashboard",
+        "The user's configurations",
+        params=[USER],
+        ok={200: model("ConfigurationList")},
+        errors=(401, 429, 503),
+    ),
+)
 async def list_configs(request: Request) -> Response:
     dash = dashboard(request)
     user = _user(request)
@@ -139,14 +180,33 @@ async def list_configs(request: Request) -> Response:
     return _json({"configurations": [config_json(c) for c in configs], "count": len(configs)})
 
 
-@router.get(PREFIX + "/configurations/{config_id}")
+@router.get(
+    PREFIX + "/configurations/{config_id}",
+    **doc(
+        "dashboard",
+        "A configuration",
+        params=[USER],
+        ok={200: model("Configuration")},
+        errors=(401, 404, 429, 503),
+    ),
+)
 async def get_config(config_id: str, request: Request) -> Response:
     dash = dashboard(request)
     user = _user(request)
     return _json(config_json(await dash.get_config(user, config_id)))
 
 
-@router.put(PREFIX + "/configurations/{config_id}")
+@router.put(
+    PREFIX + "/configurations/{config_id}",
+    **doc(
+        "dashboard",
+        "Update a configuration",
+        request=body("ConfigurationUpdate"),
+        params=[USER],
+        ok={200: model("Configuration")},
+        errors=(400, 401, 404, 413, 415, 429, 503),
+    ),
+)
 async def put_config(config_id: str, request: Request) -> Response:
     dash = dashboard(request)
     user = _user(request)
@@ -155,7 +215,16 @@ async def put_config(config_id: str, request: Request) -> Response:
     return _json(config_json(await dash.update_config(user, config_id, name, tickers)))
 
 
-@router.delete(PREFIX + "/configurations/{config_id}")
+@router.delete(
+    PREFIX + "/configurations/{config_id}",
+    **doc(
+        "dashboard",
+        "Delete a configuration",
+        params=[USER],
+        ok={204: empty("Deleted")},
+        errors=(401, 404, 429, 503),
+    ),
+)
 async def delete_config(config_id: str, request: Request) -> Response:
     dash = dashboard(request)
     user = _user(request)
@@ -220,7 +289,16 @@ def _response(request: Request, frames: Any, slot: Slot) -> EventStreamResponse:
     )
 
 
-@router.get(PREFIX + "/stream")
+@router.get(
+    PREFIX + "/stream",
+    **doc(
+        "dashboard",
+        "Metrics stream (SSE, public)",
+        params=[LAST_EVENT_ID],
+        ok={200: sse("`metrics` and `heartbeat` events")},
+        errors=(503,),
+    ),
+)
 async def stream(request: Request) -> Response:
     dash = dashboard(request)
     wake = asyncio.Event()
@@ -229,12 +307,28 @@ async def stream(request: Request) -> Response:
     return _response(request, metrics_stream(dash, wake), slot)
 
 
-@router.get(PREFIX + "/stream/status")
+@router.get(
+    PREFIX + "/stream/status",
+    **doc("dashboard", "Stream connections now", ok={200: model("StreamStatus")}, errors=()),
+)
 async def stream_status(request: Request) -> Response:
     return _json(dashboard(request).status())
 
 
-@router.get(PREFIX + "/configurations/{config_id}/stream")
+@router.get(
+    PREFIX + "/configurations/{config_id}/stream",
+    **doc(
+        "dashboard",
+        "A configuration's stream (SSE)",
+        params=[
+            header("X-User-ID", {"type": "string"}, "The user (or ?user_id= for EventSource)"),
+            query("user_id", {"type": "string"}, "The user, when X-User-ID cannot be sent"),
+            LAST_EVENT_ID,
+        ],
+        ok={200: sse("`sentiment_update` and `heartbeat` events")},
+        errors=(400, 401, 404, 503),
+    ),
+)
 async def config_stream_route(config_id: str, request: Request) -> Response:
     dash = dashboard(request)
     user = _user(request, query_fallback=True)

@@ -34,6 +34,17 @@ from headwater.http.bodies import read_body
 from headwater.http.common import services
 from headwater.http.flag_errors import EVENTS_PATH
 from headwater.http.limits import Slot
+from headwater.http.openapi_decl import (
+    STATUS_TEXT,
+    body,
+    doc,
+    empty,
+    header,
+    model,
+    query,
+    raw,
+    sse,
+)
 from headwater.http.sse import bare_event_stream
 from headwater.services import Services
 
@@ -44,6 +55,7 @@ NS = "/api/v1/tenants/{tenant}/namespaces/{slug}"
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
 LEASE_MS = 60_000
 RENEW_S = 20.0
+ETAG = {"ETag": '"v<version>" (the closure: "v<version>-<closure_hash>")'}
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -66,7 +78,24 @@ class NoCorsForEvents:
 
 
 # --- manifests -----------------------------------------------------------------------------
-@router.put(NS + "/manifest")
+@router.put(
+    NS + "/manifest",
+    **doc(
+        "flags",
+        "Publish a manifest version",
+        request=body(
+            "ManifestFiles",
+            description="The tree: a tar.gz (application/gzip, application/x-gzip, "
+            "application/x-tar) or JSON {files}",
+            more={"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+        ),
+        ok={
+            200: model("Published", "Identical to the current version", ETAG),
+            201: model("Published", "A new version", ETAG),
+        },
+        errors=(400, 401, 403, 404, 413, 415, 422, 429, 503),
+    ),
+)
 async def publish(request: Request, tenant: str, slug: str) -> Response:
     svc = services(request)
     flags = svc.flags
@@ -84,7 +113,16 @@ async def publish(request: Request, tenant: str, slug: str) -> Response:
     return _json(payload, 201 if result.created else 200, {"ETag": f'"v{result.version}"'})
 
 
-@router.get(NS + "/manifest")
+@router.get(
+    NS + "/manifest",
+    **doc(
+        "flags",
+        "The current manifest",
+        params=[header("If-None-Match", {"type": "string"}, "A previous ETag")],
+        ok={200: model("Manifest", headers=ETAG), 304: empty(STATUS_TEXT[304], ETAG)},
+        errors=(401, 403, 404, 429, 503),
+    ),
+)
 async def read_manifest(request: Request, tenant: str, slug: str) -> Response:
     flags = services(request).flags
     principal = flags.principal(request.headers.get("authorization"))
@@ -98,7 +136,15 @@ async def read_manifest(request: Request, tenant: str, slug: str) -> Response:
     )
 
 
-@router.get(NS + "/manifest/versions")
+@router.get(
+    NS + "/manifest/versions",
+    **doc(
+        "flags",
+        "Every version of the manifest",
+        ok={200: model("ManifestVersions")},
+        errors=(401, 403, 404, 429, 503),
+    ),
+)
 async def list_versions(request: Request, tenant: str, slug: str) -> Response:
     flags = services(request).flags
     principal = flags.principal(request.headers.get("authorization"))
@@ -106,7 +152,24 @@ async def list_versions(request: Request, tenant: str, slug: str) -> Response:
     return _json({"versions": [version_json(v) for v in versions]})
 
 
-@router.get(NS + "/closure")
+@router.get(
+    NS + "/closure",
+    **doc(
+        "flags",
+        "A closure snapshot (tar.gz)",
+        params=[
+            query("version", {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"}, "Version"),
+            query("subscription", {"type": "string"}, "URL-safe base64 of '*' or 'a,b'"),
+            query("token", {"type": "string"}, "A signed snapshot token (instead of a bearer)"),
+            header("If-None-Match", {"type": "string"}, "A previous ETag"),
+        ],
+        ok={
+            200: raw("application/x-tar", "The closure's files", {"format": "binary"}),
+            304: empty(STATUS_TEXT[304], ETAG),
+        },
+        errors=(400, 401, 403, 404, 410, 429, 503),
+    ),
+)
 async def closure(request: Request, tenant: str, slug: str) -> Response:
     flags = services(request).flags
     result = await flags.closure(
@@ -131,7 +194,25 @@ def _base_url(request: Request, svc: Services) -> str:
     return f"{proto}://{host}"
 
 
-@router.get(EVENTS_PATH)
+@router.get(
+    EVENTS_PATH,
+    **doc(
+        "flags",
+        "Closure deltas (SSE)",
+        params=[
+            query(
+                "ns",
+                {"type": "array", "items": {"type": "string"}},
+                "Namespaces: `<slug>[:<flags>]` (`<tenant>/<slug>` for a superadmin)",
+                required=True,
+            ),
+            query("since", {"type": "array", "items": {"type": "string"}}, "`<ns>:<version>`"),
+            header("Last-Event-ID", {"type": "string"}, "Resume after this event"),
+        ],
+        ok={200: sse("`version` and `resync` events, `:keepalive` comments")},
+        errors=(400, 401, 403, 414, 429, 503),
+    ),
+)
 async def events(request: Request) -> Response:
     raw_query = request.scope.get("query_string", b"").decode("latin-1")
     if len(raw_query.encode("latin-1")) > DEFAULT_LIMITS.max_query_bytes:

@@ -28,6 +28,7 @@ from headwater.http import aviso
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_body
 from headwater.http.common import services
+from headwater.http.openapi_decl import body, doc, model, sse
 from headwater.http.sse import EventStreamResponse
 from headwater.notify import stream as frames
 from headwater.notify.errors import AvisoError, RequestKind
@@ -44,6 +45,15 @@ from headwater.notify.schema import POINT_FIELD, EventSchema
 from headwater.services import Services
 
 router = APIRouter()
+
+# Errors of notify, watch and replay (aviso's body): the request (400), credentials (401,
+# 403), caps (429), storage unavailable (503).
+ERRORS = (400, 401, 403, 429, 503)
+STREAM_FRAMES = (
+    "aviso's SSE lifecycle: `replay-control`, `replay` and `live-notification` (CloudEvents) "
+    "events, `heartbeat`, then `connection-closing` (end_of_stream, max_duration_reached, "
+    "server_shutdown)"
+)
 
 # aviso's SSE response headers (`X-Request-ID` is added with every /api/v1 response).
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
@@ -63,7 +73,16 @@ async def _request(
     return raw, svc.notifications.schema.require(raw.event_type), principal
 
 
-@router.post("/api/v1/notification")
+@router.post(
+    "/api/v1/notification",
+    **doc(
+        "notify",
+        "Store one notification",
+        request=body("NotificationRequest"),
+        ok={200: model("NotificationAccepted")},
+        errors=(*ERRORS, 413, 415, 500),
+    ),
+)
 async def notify(request: Request) -> Response:
     svc = services(request)
     raw, schema, principal = await _request(request, svc, RequestKind.NOTIFICATION)
@@ -119,22 +138,57 @@ async def _stream(request: Request, kind: RequestKind) -> Response:
     )
 
 
-@router.post("/api/v1/watch")
+@router.post(
+    "/api/v1/watch",
+    **doc(
+        "notify",
+        "Watch notifications (SSE): replay, then live",
+        request=body("AvisoWatchRequest"),
+        ok={200: sse(STREAM_FRAMES)},
+        errors=(*ERRORS, 413, 415),
+    ),
+)
 async def watch(request: Request) -> Response:
     return await _stream(request, RequestKind.WATCH)
 
 
-@router.post("/api/v1/replay")
+@router.post(
+    "/api/v1/replay",
+    **doc(
+        "notify",
+        "Replay notifications (SSE) from from_id or from_date",
+        request=body("AvisoReplayRequest"),
+        ok={200: sse(STREAM_FRAMES)},
+        errors=(*ERRORS, 413, 415),
+    ),
+)
 async def replay(request: Request) -> Response:
     return await _stream(request, RequestKind.REPLAY)
 
 
-@router.get("/api/v1/schema")
+@router.get(
+    "/api/v1/schema",
+    **doc(
+        "notify", "Every event type's schema", ok={200: model("SchemaList")}, errors=(), public=True
+    ),
+)
 async def schema_list(request: Request) -> Response:
     return aviso.aviso_json(services(request).notifications.schema.list_body())
 
 
-@router.get("/api/v1/schema/{event_type}")
+@router.get(
+    "/api/v1/schema/{event_type}",
+    **doc(
+        "notify",
+        "One event type's schema",
+        ok={
+            200: model("EventTypeSchema"),
+            404: model("SchemaNotFound", "Unknown event type, or no schema configured"),
+        },
+        errors=(),
+        public=True,
+    ),
+)
 async def schema_one(request: Request, event_type: str) -> Response:
     registry = services(request).notifications.schema
     status, body = registry.event_body(event_type, aviso.request_id(request))
@@ -156,7 +210,20 @@ def _parse_notification_id(value: str) -> tuple[str, int]:
     return stream, seq
 
 
-@router.delete("/api/v1/admin/notification/{notification_id}")
+@router.delete(
+    "/api/v1/admin/notification/{notification_id}",
+    **doc(
+        "notify",
+        "Delete one notification (admin)",
+        ok={
+            200: model("AdminResult", "Deleted"),
+            400: model("AdminResult", "Not a <stream>@<sequence> id"),
+            404: model("AdminResult", "No such notification"),
+            500: model("AdminResult", "Storage failed"),
+        },
+        errors=(401, 403, 429),
+    ),
+)
 async def delete_notification(request: Request, notification_id: str) -> Response:
     svc = services(request)
     admin = aviso.require_admin(request, svc.keys)
@@ -190,7 +257,21 @@ def _wipe_answer(request: Request, status: int, success: bool, message: str) -> 
     return aviso.aviso_json(body, status)
 
 
-@router.delete("/api/v1/admin/wipe/stream")
+@router.delete(
+    "/api/v1/admin/wipe/stream",
+    **doc(
+        "notify",
+        "Wipe one stream (admin)",
+        request=body("WipeStreamRequest"),
+        ok={
+            200: model("AdminResult", "Wiped"),
+            400: model("AdminResult", "Not {stream_name: <string>}"),
+            404: model("AdminResult", "No such stream"),
+            500: model("AdminResult", "Storage failed"),
+        },
+        errors=(401, 403, 413, 415, 429),
+    ),
+)
 async def wipe_stream(request: Request) -> Response:
     svc = services(request)
     admin = aviso.require_admin(request, svc.keys)
@@ -218,7 +299,15 @@ async def wipe_stream(request: Request) -> Response:
     return _wipe_answer(request, 200, True, f"Successfully wiped stream: {name}")
 
 
-@router.delete("/api/v1/admin/wipe/all")
+@router.delete(
+    "/api/v1/admin/wipe/all",
+    **doc(
+        "notify",
+        "Wipe every stream (admin without a prefix allowlist)",
+        ok={200: model("AdminResult", "Wiped"), 500: model("AdminResult", "Storage failed")},
+        errors=(401, 403, 429),
+    ),
+)
 async def wipe_all(request: Request) -> Response:
     svc = services(request)
     aviso.require_admin_of_all(aviso.require_admin(request, svc.keys))

@@ -19,6 +19,15 @@ from headwater.engine.queue import (
 from headwater.errors import BatchTooLarge, InvalidRequest, NotAcceptable
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.openapi_decl import (
+    V0_BODY_ERRORS,
+    V0_ERRORS,
+    body,
+    doc,
+    model,
+    query,
+    sse,
+)
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
 from headwater.http.v0_parse import is_int, query_int, require_object, require_text, u64
@@ -107,7 +116,16 @@ async def _prepare(request: Request, topic: str, *scopes: str) -> tuple[Services
     return svc, body
 
 
-@router.post("/v0/topics/{topic}/claim")
+@router.post(
+    "/v0/topics/{topic}/claim",
+    **doc(
+        "v0-queues",
+        "Lease jobs to a worker",
+        request=body("ClaimRequest"),
+        ok={200: model("ClaimResult")},
+        errors=(*V0_BODY_ERRORS, 404, 409),
+    ),
+)
 async def claim(topic: str, request: Request) -> Response:
     # A claim mutates (it leases) and returns jobs: it takes both read and write (§0.2).
     svc, body = await _prepare(request, topic, "read", "write")
@@ -124,7 +142,16 @@ async def claim(topic: str, request: Request) -> Response:
     )
 
 
-@router.post("/v0/topics/{topic}/ack")
+@router.post(
+    "/v0/topics/{topic}/ack",
+    **doc(
+        "v0-queues",
+        "Complete (delete) leased jobs",
+        request=body("AckRequest"),
+        ok={200: model("AckResult")},
+        errors=(*V0_BODY_ERRORS, 404, 409),
+    ),
+)
 async def ack(topic: str, request: Request) -> Response:
     svc, body = await _prepare(request, topic, "write")
     node = _node(body.get("node"), svc.settings.limits)
@@ -134,7 +161,16 @@ async def ack(topic: str, request: Request) -> Response:
     return _lease_body(request, topic, "acked", op, {"fsync_ms": 0.0})
 
 
-@router.post("/v0/topics/{topic}/nack")
+@router.post(
+    "/v0/topics/{topic}/nack",
+    **doc(
+        "v0-queues",
+        "Release leased jobs for (delayed) reclaim",
+        request=body("NackRequest"),
+        ok={200: model("NackResult")},
+        errors=(*V0_BODY_ERRORS, 404, 409),
+    ),
+)
 async def nack(topic: str, request: Request) -> Response:
     svc, body = await _prepare(request, topic, "write")
     node = _node(body.get("node"), svc.settings.limits)
@@ -144,7 +180,16 @@ async def nack(topic: str, request: Request) -> Response:
     return _lease_body(request, topic, "nacked", op)
 
 
-@router.post("/v0/topics/{topic}/extend")
+@router.post(
+    "/v0/topics/{topic}/extend",
+    **doc(
+        "v0-queues",
+        "Extend leases (heartbeat)",
+        request=body("ExtendRequest"),
+        ok={200: model("ExtendResult")},
+        errors=(*V0_BODY_ERRORS, 404, 409),
+    ),
+)
 async def extend(topic: str, request: Request) -> Response:
     svc, body = await _prepare(request, topic, "write")
     node = _node(body.get("node"), svc.settings.limits)
@@ -158,7 +203,21 @@ async def extend(topic: str, request: Request) -> Response:
     return json_response(request, {"topic": topic, **body_out})
 
 
-@router.get("/v0/topics/{topic}/work")
+@router.get(
+    "/v0/topics/{topic}/work",
+    **doc(
+        "v0-queues",
+        "Push jobs to a worker (SSE)",
+        params=[
+            query("node", {"type": "string", "minLength": 1}, "Worker identity", required=True),
+            query("max", {"type": "integer", "minimum": 1}, "In-flight depth (default 1)"),
+            query("lease_ms", {"type": "integer", "minimum": 0}, "Lease length"),
+            query("token", {"type": "string"}, "Dev-only key for EventSource (prefer the header)"),
+        ],
+        ok={200: sse("`event: job` frames (id = the job's seq) and `: hb` heartbeats")},
+        errors=(*V0_ERRORS, 404, 406, 409),
+    ),
+)
 async def work(topic: str, request: Request) -> Response:
     svc = services(request)
     tokens = request.query_params.getlist("token")

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from headwater.errors import InvalidRequest
 from headwater.http.common import authorize, services
+from headwater.http.openapi_decl import V0_ERRORS, doc, model, query
 from headwater.http.responses import json_response
 from headwater.names import validate_topic_name
 from headwater.rollups import GRANULARITY_MS, RollupReader
@@ -35,7 +36,20 @@ def _opt_int(params: Any, name: str) -> int | None:
     return value
 
 
-@router.get("/v0/topics/{topic}/rollups")
+@router.get(
+    "/v0/topics/{topic}/rollups",
+    **doc(
+        "v0",
+        "Per-minute or per-hour rollups",
+        params=[
+            query("granularity", {"enum": ["minute", "hour"]}, "Default minute"),
+            query("from_ms", {"type": "integer", "minimum": 0}, "Windows from (epoch ms)"),
+            query("to_ms", {"type": "integer", "minimum": 0}, "Windows before (epoch ms)"),
+        ],
+        ok={200: model("Rollups")},
+        errors=(*V0_ERRORS, 404),
+    ),
+)
 async def get_rollups(topic: str, request: Request) -> Response:
     svc = services(request)
     authorize(request, svc, "read", name=topic)

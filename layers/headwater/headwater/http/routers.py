@@ -16,6 +16,7 @@ from headwater.errors import Conflict, InvalidRequest
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.openapi_decl import V0_BODY_ERRORS, V0_ERRORS, body, doc, model, query
 from headwater.http.responses import json_response
 from headwater.http.v0_parse import (
     boolean,
@@ -125,7 +126,16 @@ async def _as_seen_by(svc: Services, exc: Conflict, principal: Principal) -> Con
     )
 
 
-@router.put("/v0/routers/{name}")
+@router.put(
+    "/v0/routers/{name}",
+    **doc(
+        "v0-routers",
+        "Create or configure a router",
+        request=body("RouterRequest"),
+        ok={200: model("RouterPut", "Existing router"), 201: model("RouterPut", "Created")},
+        errors=(*V0_BODY_ERRORS, 404, 409),
+    ),
+)
 async def put_router(name: str, request: Request) -> Response:
     svc = services(request)
     # admin creates it (spec §0.2); the router then reads `source` and appends to `dest` on
@@ -150,7 +160,10 @@ async def put_router(name: str, request: Request) -> Response:
     )
 
 
-@router.get("/v0/routers/{name}")
+@router.get(
+    "/v0/routers/{name}",
+    **doc("v0-routers", "A router", ok={200: model("RouterState")}, errors=(*V0_ERRORS, 404)),
+)
 async def get_router(name: str, request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "read", name=name)
@@ -164,7 +177,22 @@ async def get_router(name: str, request: Request) -> Response:
     )
 
 
-@router.get("/v0/routers")
+@router.get(
+    "/v0/routers",
+    **doc(
+        "v0-routers",
+        "List routers",
+        params=[
+            query("prefix", {"type": "string"}, "Only names starting with this"),
+            query("source", {"type": "string"}, "Only routers reading this topic"),
+            query("dest", {"type": "string"}, "Only routers feeding this topic"),
+            query("page_size", {"type": "integer", "minimum": 1}, "Default 100, max 1000"),
+            query("cursor", {"type": "string"}, "next_cursor of the previous page"),
+        ],
+        ok={200: model("RouterList")},
+        errors=V0_ERRORS,
+    ),
+)
 async def list_routers(request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "read")
@@ -206,7 +234,10 @@ async def list_routers(request: Request) -> Response:
     return json_response(request, body)
 
 
-@router.delete("/v0/routers/{name}")
+@router.delete(
+    "/v0/routers/{name}",
+    **doc("v0-routers", "Delete a router", ok={200: model("RouterDeleted")}, errors=V0_ERRORS),
+)
 async def delete_router(name: str, request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "delete", name=name)

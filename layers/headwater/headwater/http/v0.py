@@ -19,6 +19,16 @@ from headwater.engine.values import AppendRequest, AppendResult, DiffResult
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.openapi_decl import (
+    BOOL_QUERY,
+    V0_BODY_ERRORS,
+    V0_ERRORS,
+    body,
+    doc,
+    header,
+    model,
+    query,
+)
 from headwater.http.responses import json_response
 from headwater.http.v0_parse import (
     decode_cursor,
@@ -73,7 +83,19 @@ def state_body(head: Head, queue: Counters | None = None) -> dict[str, Any]:
     return body
 
 
-@router.put("/v0/topics/{topic}")
+@router.put(
+    "/v0/topics/{topic}",
+    **doc(
+        "v0",
+        "Create or configure a topic",
+        request=body("TopicConfig", required=False, description="Empty body: all defaults"),
+        ok={
+            200: model("TopicPut", "Existing topic (config unchanged or updated)"),
+            201: model("TopicPut", "Created"),
+        },
+        errors=(*V0_BODY_ERRORS, 409),
+    ),
+)
 async def put_topic(topic: str, request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "admin", name=topic)
@@ -91,7 +113,16 @@ async def put_topic(topic: str, request: Request) -> Response:
     )
 
 
-@router.get("/v0/topics/{topic}")
+@router.get(
+    "/v0/topics/{topic}",
+    **doc(
+        "v0",
+        "Topic state",
+        params=[query("touch", BOOL_QUERY, "Bump the auto-priority clock (default true)")],
+        ok={200: model("TopicState")},
+        errors=(*V0_ERRORS, 404),
+    ),
+)
 async def get_topic(topic: str, request: Request) -> Response:
     svc = services(request)
     authorize(request, svc, "read", name=topic)
@@ -102,7 +133,21 @@ async def get_topic(topic: str, request: Request) -> Response:
     return json_response(request, state_body(head, counters))
 
 
-@router.get("/v0/topics")
+@router.get(
+    "/v0/topics",
+    **doc(
+        "v0",
+        "List topics",
+        params=[
+            query("prefix", {"type": "string"}, "Only names starting with this"),
+            query("page_size", {"type": "integer", "minimum": 1}, "Default 100, max 1000"),
+            query("cursor", {"type": "string"}, "next_cursor of the previous page"),
+            query("touch", BOOL_QUERY, "Bump the listed topics' auto-priority (default false)"),
+        ],
+        ok={200: model("TopicList")},
+        errors=V0_ERRORS,
+    ),
+)
 async def list_topics(request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "read")
@@ -135,7 +180,16 @@ async def list_topics(request: Request) -> Response:
     return json_response(request, body)
 
 
-@router.delete("/v0/topics/{topic}")
+@router.delete(
+    "/v0/topics/{topic}",
+    **doc(
+        "v0",
+        "Delete a topic (and the routers reading or feeding it)",
+        params=[query("if_empty", BOOL_QUERY, "Only when it holds no records (else 409)")],
+        ok={200: model("TopicDeleted")},
+        errors=(*V0_ERRORS, 409),
+    ),
+)
 async def delete_topic(topic: str, request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "delete", name=topic)
@@ -181,7 +235,20 @@ def append_body(topic: str, result: AppendResult, return_seqs: bool) -> dict[str
     return out
 
 
-@router.post("/v0/topics/{topic}")
+@router.post(
+    "/v0/topics/{topic}",
+    **doc(
+        "v0",
+        "Append records",
+        request=body("AppendRequest"),
+        params=[
+            query("return_seqs", BOOL_QUERY, "List every assigned seq (default true)"),
+            header("Idempotency-Key", {"type": "string"}, "Dedupe key (the body field wins)"),
+        ],
+        ok={200: model("AppendResult"), 201: model("AppendResult", "Appended; topic created")},
+        errors=(*V0_BODY_ERRORS, 404, 409, 422),
+    ),
+)
 async def append(topic: str, request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "write", name=topic)
@@ -223,7 +290,16 @@ def diff_body(topic: str, result: DiffResult) -> dict[str, Any]:
     }
 
 
-@router.post("/v0/topics/{topic}/diff")
+@router.post(
+    "/v0/topics/{topic}/diff",
+    **doc(
+        "v0",
+        "Read records after a cursor",
+        request=body("DiffRequest", required=False, description="Empty body: {}"),
+        ok={200: model("DiffResult")},
+        errors=(*V0_BODY_ERRORS, 404),
+    ),
+)
 async def diff(topic: str, request: Request) -> Response:
     svc = services(request)
     authorize(request, svc, "read", name=topic)
@@ -239,7 +315,16 @@ async def diff(topic: str, request: Request) -> Response:
     )
 
 
-@router.post("/v0/topics/{topic}/delete")
+@router.post(
+    "/v0/topics/{topic}/delete",
+    **doc(
+        "v0",
+        "Delete records by seq and/or tag",
+        request=body("DeleteRecordsRequest"),
+        ok={200: model("DeleteRecordsResult")},
+        errors=(*V0_BODY_ERRORS, 404),
+    ),
+)
 async def delete_records(topic: str, request: Request) -> Response:
     svc = services(request)
     authorize(request, svc, "delete", name=topic)

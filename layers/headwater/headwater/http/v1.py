@@ -1,4 +1,4 @@
-"""/v1: the Durable Streams protocol (../shared/specs/durable-streams-protocol.txt) over the
+"""/v1: the Durable Streams protocol (docs/specs/durable-streams-protocol.txt) over the
 log engine. Stream logic lives in headwater.durable; this module is the HTTP mapping: header
 and query parsing, offsets, caching headers, long-poll, SSE, timeouts."""
 
@@ -65,6 +65,7 @@ from headwater.engine.values import RangeRead
 from headwater.errors import HeadwaterError
 from headwater.http.auth import Principal
 from headwater.http.common import authorize, services
+from headwater.http.openapi_decl import doc, empty, header, model, query
 from headwater.http.sse import bare_event_stream
 from headwater.http.v1_common import (
     LONG_POLL_CAP_MS,
@@ -202,8 +203,106 @@ def _closed_flag(request: Request) -> bool:
     return raw.strip().lower() == "true"
 
 
+# --- documentation (/openapi.json; api_docs applies STREAM_DOCS per method of the one route) ---
+ERRORS = (400, 401, 403, 408, 429, 503)  # every /v1 route (408: the resolver deadline)
+STREAM_ERRORS = (*ERRORS, 404, 405, 409, 410, 413)
+NEXT = {"Stream-Next-Offset": "The offset after the last entry", "Stream-Closed": "true"}
+ANY_BODY: dict[str, Any] = {"*/*": {"schema": {}}}
+STREAM_DOCS: dict[str, dict[str, Any]] = {
+    "PUT": doc(
+        "v1",
+        "Create a stream (or fork one)",
+        request={"required": False, "content": ANY_BODY},
+        params=[
+            header("Stream-TTL", {"type": "string"}, "Seconds to keep it"),
+            header("Stream-Expires-At", {"type": "string"}, "RFC 3339 expiry"),
+            header("Stream-Forked-From", {"type": "string"}, "/v1/stream/<source> to fork"),
+            header("Stream-Fork-Offset", {"type": "string"}, "Fork point (default: the tail)"),
+            header("Stream-Closed", {"type": "string"}, "true: create it closed"),
+        ],
+        ok={
+            200: empty("Exists with the same configuration", NEXT),
+            201: empty("Created", {**NEXT, "Location": "The stream's URL"}),
+        },
+        errors=STREAM_ERRORS,
+    ),
+    "POST": doc(
+        "v1",
+        "Append (one entry, or one per element of a JSON array)",
+        request={"required": False, "content": ANY_BODY},
+        params=[
+            header("Stream-Closed", {"type": "string"}, "true: close the stream (body optional)"),
+            header("Stream-Seq", {"type": "string"}, "Writer sequence (must increase)"),
+            header("Producer-Id", {"type": "string"}, "Idempotent producer"),
+            header("Producer-Epoch", {"type": "string"}, "Idempotent producer epoch"),
+            header("Producer-Seq", {"type": "string"}, "Idempotent producer sequence"),
+            header("Stream-Key", {"type": "string"}, "Routing key of the entries"),
+        ],
+        ok={
+            200: empty("Appended by an idempotent producer", NEXT),
+            204: empty("Appended, a duplicate, or closed", NEXT),
+        },
+        errors=STREAM_ERRORS,
+    ),
+    "GET": doc(
+        "v1",
+        "Read entries (catch-up, long-poll or SSE), or a JSON subresource",
+        description="`{path}` is the stream name, optionally followed by `/pk/<key>` or a "
+        "subresource: `_schema`, `_profile` (GET and POST), `_search` (GET and POST), "
+        "`_aggregate` (POST), `_routing_keys`, `_index_status`, `_details`, and "
+        "`touch/meta`, `touch/wait`, `touch/templates/activate`.",
+        params=[
+            query("offset", {"type": "string"}, "-1 (start), now, or an offset"),
+            query("live", {"enum": ["false", "true", "long-poll", "sse"]}, "Wait for entries"),
+            query("cursor", {"type": "string"}, "Stream-Cursor of the previous read"),
+            query("timeout", {"type": "string"}, "Long-poll timeout"),
+            query("since", {"type": "string"}, "Start at this timestamp"),
+            query("format", {"enum": ["json"]}, "JSON array of entries"),
+            query("filter", {"type": "string"}, "A predicate over JSON entries"),
+            query("key", {"type": "string"}, "Only entries with this routing key"),
+            header("If-None-Match", {"type": "string"}, "A previous ETag"),
+        ],
+        ok={
+            200: {
+                "description": "Entries in the stream's content type (JSON arrays for JSON "
+                "streams), an event stream for live=sse, or a subresource's JSON",
+                "content": ANY_BODY,
+                "headers": {
+                    h: {"schema": {"type": "string"}}
+                    for h in ("Stream-Next-Offset", "Stream-Cursor", "Stream-Up-To-Date", "ETag")
+                },
+            },
+            204: empty("Long-poll timed out with nothing new", NEXT),
+            304: empty("Not modified (If-None-Match)"),
+        },
+        errors=STREAM_ERRORS,
+    ),
+    "HEAD": doc(
+        "v1",
+        "Stream metadata",
+        ok={200: empty("The stream exists", {**NEXT, "Stream-End-Offset": "The tail"})},
+        errors=STREAM_ERRORS,
+    ),
+    "DELETE": doc("v1", "Delete a stream", ok={204: empty("Deleted")}, errors=STREAM_ERRORS),
+}
+
+
 # --- routes --------------------------------------------------------------------------------
-@router.get("/v1/streams")
+@router.get(
+    "/v1/streams",
+    **doc(
+        "v1",
+        "List streams",
+        params=[
+            query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "Default 1000"),
+            query("after", {"type": "string"}, "Stream-List-Next-After of the previous page"),
+        ],
+        ok={
+            200: model("StreamList", headers={"Stream-List-Next-After": "Present when more exist"})
+        },
+        errors=ERRORS,
+    ),
+)
 async def list_streams(request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "read")
@@ -226,13 +325,19 @@ async def list_streams(request: Request) -> Response:
     return Response(body, 200, headers=headers, media_type="application/json")
 
 
-@router.get("/v1/server/_details")
+@router.get(
+    "/v1/server/_details",
+    **doc("v1", "Server details", ok={200: model("ServerView")}, errors=ERRORS),
+)
 async def server_details(request: Request) -> Response:
     """§7B server details: configured limits and live state of this process (read scope)."""
     return _server_view(request, "details")
 
 
-@router.get("/v1/server/_mem")
+@router.get(
+    "/v1/server/_mem",
+    **doc("v1", "Server memory snapshot", ok={200: model("ServerView")}, errors=ERRORS),
+)
 async def server_mem(request: Request) -> Response:
     """§7B compact memory snapshot of this process (read scope)."""
     return _server_view(request, "mem")
@@ -252,7 +357,12 @@ def _server_view(request: Request, which: str) -> Response:
     )
 
 
-@router.api_route("/v1/stream/{path:path}", methods=["PUT", "POST", "GET", "HEAD", "DELETE"])
+@router.api_route(
+    "/v1/stream/{path:path}",
+    methods=["PUT", "POST", "GET", "HEAD", "DELETE"],
+    summary="A stream",
+    tags=["v1 durable streams"],
+)
 async def stream_resource(request: Request, path: str) -> Response:
     svc = services(request)
     if svc.shutting_down:

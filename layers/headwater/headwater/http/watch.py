@@ -20,6 +20,17 @@ from headwater.engine.watch import (
 from headwater.errors import InvalidRequest, NotAcceptable, NotFound, Unauthorized
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.openapi_decl import (
+    BOOL_QUERY,
+    V0_BODY_ERRORS,
+    V0_ERRORS,
+    body,
+    doc,
+    header,
+    model,
+    query,
+    sse,
+)
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
 from headwater.http.v0_parse import boolean, query_bool, require_object, require_text, u64
@@ -95,7 +106,17 @@ def parse_watch(
     return requested, spec
 
 
-@router.post("/v0/watch")
+@router.post(
+    "/v0/watch",
+    **doc(
+        "v0-watch",
+        "Create a watch session",
+        request=body("WatchRequest"),
+        params=[query("lenient", BOOL_QUERY, "Drop unknown topics instead of a 404")],
+        ok={200: model("WatchCreated")},
+        errors=(*V0_BODY_ERRORS, 404),
+    ),
+)
 async def create_watch(request: Request) -> Response:
     svc = services(request)
     principal = authorize(request, svc, "read")
@@ -148,7 +169,24 @@ def sse_frame(event: WatchEvent) -> bytes:
     return head + b"event: " + event.name.encode() + b"\ndata: " + event.data + b"\n\n"
 
 
-@router.get("/v0/watch/{wid}")
+@router.get(
+    "/v0/watch/{wid}",
+    **doc(
+        "v0-watch",
+        "Stream a watch session (SSE)",
+        params=[
+            query("token", {"type": "string"}, "Dev-only key for EventSource (prefer the header)"),
+            header("Last-Event-ID", {"type": "string"}, "Resume from this frame's cursor"),
+        ],
+        ok={
+            200: sse(
+                "`record`, `tombstone`, `caught-up`, `topic-deleted` and `error` events, "
+                "`: hb` heartbeats"
+            )
+        },
+        errors=(*V0_ERRORS, 404, 406),
+    ),
+)
 async def open_watch(wid: str, request: Request) -> Response:
     svc = services(request)
     principal = None

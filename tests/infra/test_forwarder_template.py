@@ -42,13 +42,19 @@ def test_forwarder_function_uses_the_layer_and_scoped_policies(template: dict[st
     assert fn["Handler"] == "handler.handler"
     assert fn["Layers"] == [{"Ref": "HeadwaterLayer"}]
     assert "Events" not in fn  # a SAM event would attach a managed policy on Resource "*"
-    statements = [s for p in fn["Policies"] for s in p["Statement"]]
+    # the inline statements, and AWSXrayWriteOnlyAccess only with EnableTracing
+    inline = [p for p in fn["Policies"] if "Statement" in p]
+    others = [p for p in fn["Policies"] if "Statement" not in p]
+    assert [p["Fn::If"][0] for p in others] == ["TracingOn"]
+    statements = [s for p in inline for s in p["Statement"]]
     for statement in statements:
         resources = statement["Resource"]
         for resource in resources if isinstance(resources, list) else [resources]:
             assert resource != "*", statement
     tables = next(s for s in statements if s["Sid"] == "ForwardTableItems")["Resource"]
-    assert {r["Fn::GetAtt"][0] for r in tables} == {"HeadsTable", "LogTable", "IndexTable"}
+    names = {r["Fn::GetAtt"][0] if "Fn::GetAtt" in r else r["Fn::Sub"] for r in tables}
+    # the tables, and the heads table's index (the live-topic listing)
+    assert names == {"HeadsTable", "LogTable", "IndexTable", "${HeadsTable.Arn}/index/*"}
 
 
 def test_forwarder_takes_its_dependencies_from_the_layer() -> None:

@@ -189,11 +189,31 @@ def _resolve(value: Any, tpl: dict[str, Any]) -> str:
     if isinstance(value, _Tag):
         if value.tag == "Ref":
             return ref(str(value.value))
+        if value.tag == "If":
+            cond, yes, no = value.value
+            return _resolve(yes if _condition(tpl["Conditions"][cond], tpl) else no, tpl)
         if value.tag == "Sub":
             text = value.value if isinstance(value.value, str) else value.value[0]
             return re.sub(r"\$\{([^}.]+)(\.[^}]+)?\}", lambda m: ref(m.group(1)), text)
         return f"{STACK}-{value.tag.lower()}"
     return str(value)
+
+
+def _condition(value: Any, tpl: dict[str, Any]) -> bool:
+    """A template condition at the parameters' defaults (Equals, Not, Or, And, Condition)."""
+    if isinstance(value, _Tag):
+        if value.tag == "Equals":
+            a, b = value.value
+            return _resolve(a, tpl) == _resolve(b, tpl)
+        if value.tag == "Not":
+            return not _condition(value.value[0], tpl)
+        if value.tag == "Or":
+            return any(_condition(v, tpl) for v in value.value)
+        if value.tag == "And":
+            return all(_condition(v, tpl) for v in value.value)
+        if value.tag == "Condition":
+            return _condition(tpl["Conditions"][value.value], tpl)
+    raise ValueError(f"a condition this benchmark cannot evaluate: {value!r}")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +75,14 @@ def test_bench_coldstart_quick_run_measures_every_template_function(tmp_path: Pa
         assert _positive(art["code_bytes"]) and _positive(art["layer_bytes"])
         assert art["total_bytes"] == art["code_bytes"] + art["layer_bytes"]
     assert result["targets_missed"] == [n for n, r in rows.items() if not r["target"]["met"]]
-    # the stream function runs uvicorn's factory under the Lambda Web Adapter
+    # the stream function runs uvicorn's factory (the one run.sh names) under the Web Adapter
     stream = [r for r in rows.values() if r["handler"].endswith(".sh")]
-    assert all(r["kind"] == "http-uvicorn" and "create_app()" in r["entry"] for r in stream)
+    run_sh = (REPO / "functions" / "stream" / "run.sh").read_text()
+    factory = re.search(r"--factory\s+([\w.]+):(\w+)", run_sh)
+    assert factory is not None and stream
+    assert all(
+        r["kind"] == "http-uvicorn" and f"{factory.group(2)}()" in r["entry"] for r in stream
+    )
 
     # the layer: its largest distributions, and its test/emulator-only contents flagged
     layer = result["artifacts"]

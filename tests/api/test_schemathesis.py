@@ -14,7 +14,7 @@ their 404s and 400s. Requests go straight into the ASGI app (hostile_corpus's ba
 event stream that opens is hung up at once, its first events checked).
 
 Bounded: the examples, coverage (boundary values, unexpected methods) and fuzzing phases, with
-HEADWATER_SCHEMATHESIS_EXAMPLES (default 15) generated requests per operation, derandomized
+HEADWATER_SCHEMATHESIS_EXAMPLES (default 8) generated requests per operation, derandomized
 (the run is repeatable). HEADWATER_SCHEMATHESIS_MODE=negative or all adds invalid requests
 (they must be answered 4xx as documented, never 5xx); HEADWATER_SCHEMATHESIS_COVERAGE=0 skips
 the coverage phase."""
@@ -52,7 +52,7 @@ from headwater.storage.clients import AwsClients
 
 pytestmark = [pytest.mark.api, pytest.mark.timeout(600)]
 
-EXAMPLES = int(os.environ.get("HEADWATER_SCHEMATHESIS_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("HEADWATER_SCHEMATHESIS_EXAMPLES", "8"))
 COVERAGE = os.environ.get("HEADWATER_SCHEMATHESIS_COVERAGE", "1") == "1"
 MODE = os.environ.get("HEADWATER_SCHEMATHESIS_MODE", "positive")  # or negative, all
 KEY = "st-full-key"

@@ -141,6 +141,17 @@ def test_list_live_prefix_cursor_limit_and_order(backend: Backend) -> None:
     assert all(not h.deleted for h in backend.heads.list_live("", None, 100))
 
 
+def test_count_live_with_and_without_the_internal_logs(backend: Backend) -> None:
+    # the surfaces' own logs are named "~ds/…", "~flags/…", "~aviso/…"; /v0 names never "~"
+    for name in ["orders", "zz/top", "~ds/orders", "~flags/acme/billing", "~aviso/mars"]:
+        _live(backend, name)
+    gone = new_head("old")
+    assert backend.heads.create(gone, replacing=None)
+    assert backend.heads.mark_deleted(gone, if_empty=True)
+    assert backend.heads.count_live() == 5
+    assert backend.heads.count_live(internal=False) == 2
+
+
 def test_list_live_cursor_outside_the_prefix(backend: Backend) -> None:
     # Real DynamoDB refuses an ExclusiveStartKey outside the key condition's range.
     for name in ["a/1", "b/1", "b/2", "c/1"]:

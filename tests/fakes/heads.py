@@ -65,9 +65,13 @@ class MemoryHeadStore:
             )
             return [read_head(self.account.heads[t].head) for t in names[:limit]]
 
-    def count_live(self) -> int:
+    def count_live(self, internal: bool = True) -> int:
         with self.account.lock:
-            return sum(1 for row in self.account.heads.values() if not row.head.deleted)
+            return sum(
+                1
+                for row in self.account.heads.values()
+                if not row.head.deleted and (internal or not row.head.topic.startswith("~"))
+            )
 
     def total_live_bytes(self) -> int:
         with self.account.lock:

@@ -200,8 +200,9 @@ class LogEngine:
     async def list_topics(self, prefixes: list[str], after: str | None, limit: int) -> TopicPage:
         return await self.topics.page(prefixes, after, limit)
 
-    async def count_topics(self) -> int:
-        return await self.core.io(self.core.heads.count_live)
+    async def count_topics(self, *, internal: bool = False) -> int:
+        """Live topics: those /v0 shows, or with `internal` every log (the surfaces' own)."""
+        return await self.core.io(self.core.heads.count_live, internal)
 
     async def all_topics(self, max_topics: int) -> tuple[list[Head], bool]:
         """Every live topic (up to max_topics), and whether more exist."""

@@ -44,6 +44,8 @@ from headwater.storage.schema import HEADS, INDEX, LOG
 LIVE_GSI_KEY = "topic"
 _BATCH_GET_MAX = 100
 
+INTERNAL_PREFIX = "~"  # the surfaces' internal logs: ~ds/, ~flags/, ~aviso/
+
 
 def head_from_item(item: dict[str, Any]) -> Head:
     tp = item.get("tp", {}).get("M", {})
@@ -259,7 +261,7 @@ class DynamoHeadStore:
                 request = resp.get("UnprocessedKeys") or {}
         return out
 
-    def count_live(self) -> int:
+    def count_live(self, internal: bool = True) -> int:
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": HEADS.indexes[0].name,
@@ -267,6 +269,10 @@ class DynamoHeadStore:
             "ExpressionAttributeValues": {":gk": _s(LIVE_GSI_KEY)},
             "Select": "COUNT",
         }
+        if not internal:
+            # internal names start with "~", after every character a /v0 name may hold
+            kwargs["KeyConditionExpression"] += " AND pk < :internal"
+            kwargs["ExpressionAttributeValues"][":internal"] = _s(INTERNAL_PREFIX)
         total = 0
         while True:
             resp = _call(self._ddb.query, **kwargs)

@@ -96,7 +96,8 @@ HEADS = Table(
     purpose="stream heads: seqs, counters, config, epoch",
 )
 
-# The hot tail: one item per committed frame, pk = "<topic>#<epoch>", sk = last seq of frame.
+# The hot tail: one item per committed frame, pk = "<topic>#<epoch>", sk = the frame's first
+# seq (`ls` holds its last).
 LOG = Table(
     logical="log",
     hash_key=PK_S,

@@ -15,11 +15,16 @@ from pathlib import Path
 
 STATUS_MARK = "__DOCTEST_STATUS__"
 FAIL_MARK = "__DOCTEST_FAILED__"
+# curl writes its -w text to stderr a character at a time, so two curls of one block (one in
+# the background) would interleave their marks: each call's stderr goes to its own file and
+# is copied out in one write when it ends.
 # A stream the text cuts off with --max-time ends with curl's exit code 28 (operation timed
 # out): that is how the docs show a live stream, not a failure.
 WRAPPER = (
-    "curl() { command curl -w '%{stderr}" + STATUS_MARK + '%{http_code}\\n\' "$@"; '
-    "local rc=$?; if [ $rc -eq 28 ] && [[ \" $* \" == *' --max-time '* ]]; then return 0; fi; "
+    "curl() { local __t; __t=$(mktemp); "
+    "command curl -w '%{stderr}" + STATUS_MARK + '%{http_code}\\n\' "$@" 2>"$__t"; '
+    'local rc=$?; cat "$__t" >&2; rm -f "$__t"; '
+    "if [ $rc -eq 28 ] && [[ \" $* \" == *' --max-time '* ]]; then return 0; fi; "
     "return $rc; }\n"
     "export -f curl\n"
     # any command of a block that fails, not only its last one (a reader would see the error)

@@ -582,6 +582,40 @@ def test_rollup_windows_known_values() -> None:
         comp.rollup_windows("r1", "1s", ["ok"], None)
 
 
+def test_values_orjson_cannot_write_exactly_take_the_stdlib_path() -> None:
+    """Sections are written by orjson, except what it cannot write exactly: an integer past
+    64 bits or a lone surrogate (it refuses; the stdlib writes the section) and a rollup sum
+    that overflowed (it would write null; the stdlib writes Infinity). Each answer stays
+    exact, and the build stays byte-identical run to run."""
+    big = 2**70
+    docs = [
+        SegmentDoc(1, 0, None, {"ts": 100, "code": big, "svc": "api", "lat": 1e308}, 1),
+        SegmentDoc(2, 0, None, {"ts": 200, "code": 7, "svc": "api", "lat": 1e308}, 1),
+        SegmentDoc(3, 0, None, {"ts": 300, "tag": "a\ud800", "svc": "日本", "lat": 2.5}, 1),
+    ]
+    body = build_companion(PLAN, docs)
+    assert body == build_companion(PLAN, list(reversed(docs)))
+    comp = Companion.from_bytes(body)
+    assert comp.candidates(_parse(f"code:{big}")) == {0}
+    assert comp.candidates(_parse("code:7")) == {1}
+    assert comp.candidates(_parse("svc:日本")) == {2}
+    assert comp.candidates(_parse("tag:a")) == set()
+    assert b"\\ud800" in body  # that section went through the stdlib (ASCII escapes)
+
+    def lat(c: Companion) -> dict[str, Any]:
+        (window,) = _plain(_windows(c, "r1", "5s", 0, 5000, [], ["lat"])).values()
+        ((_key, states),) = window.values()
+        return dict(states["lat"])
+
+    got = lat(comp)
+    assert got["sum"] == float("inf")  # 1e308 + 1e308 + 2.5, as a scan adds them
+    assert got["max"] == 1e308 and got["count"] == 3
+    assert b"Infinity" in body
+    # without an overflow every section is orjson's: UTF-8, no Infinity
+    small = build_companion(PLAN, docs[1:2])
+    assert b"Infinity" not in small and lat(Companion.from_bytes(small))["sum"] == 1e308
+
+
 def test_full_span() -> None:
     assert full_span(0, 1000, 1000) == (0, 1000)
     assert full_span(1, 1999, 1000) is None

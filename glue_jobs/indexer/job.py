@@ -40,6 +40,7 @@ class JobArgs:
     region: str | None = None
     job_name: str | None = None
     max_segments: int = 1000  # per stream per run: the rest waits for the next run
+    tasks_per_core: int = 2  # Spark partitions per core (balance vs per-task overhead)
 
 
 def parse_args(argv: Sequence[str]) -> JobArgs:
@@ -49,6 +50,7 @@ def parse_args(argv: Sequence[str]) -> JobArgs:
     p.add_argument("--endpoint-url", default=None)
     p.add_argument("--region", default=None)
     p.add_argument("--max-segments", type=int, default=1000)
+    p.add_argument("--tasks-per-core", type=int, default=2)
     ns, _unknown = p.parse_known_args(list(argv))  # Glue passes arguments of its own
     job_name = None
     if "--JOB_NAME" in argv:
@@ -60,6 +62,7 @@ def parse_args(argv: Sequence[str]) -> JobArgs:
         region=ns.region or None,
         job_name=job_name,
         max_segments=max(1, ns.max_segments),
+        tasks_per_core=max(1, ns.tasks_per_core),
     )
 
 
@@ -99,8 +102,9 @@ class Task:
 
 def build_tasks(
     tasks: Iterator[Task], bucket: str, endpoint_url: str | None, region: str | None
-) -> Iterator[tuple[str, int, int, int]]:
-    """A Spark partition's builds: (topic, epoch, segment last seq, companion bytes)."""
+) -> Iterator[tuple[str, int, int, int, float, float, float]]:
+    """A Spark partition's builds: (topic, epoch, segment last seq, companion bytes, and the
+    seconds its task spent reading the segment, building, writing the companion)."""
     from headwater.engine.segment import companion_key
     from headwater.index.build import build_segment
     from headwater.index.plan import IndexPlan
@@ -114,10 +118,13 @@ def build_tasks(
             assert plan is not None  # the driver only sends streams that have one
             plans[t.registry_json] = (plan, reg)
         plan, reg = plans[t.registry_json]
+        t0 = time.perf_counter()
         blob = s3.get_object(Bucket=bucket, Key=t.segment_key)["Body"].read()
+        t1 = time.perf_counter()
         body = build_segment(plan, reg, blob, t.deleted)
+        t2 = time.perf_counter()
         s3.put_object(Bucket=bucket, Key=companion_key(t.segment_key), Body=body)
-        yield (t.topic, t.epoch, t.last_seq, len(body))
+        yield (t.topic, t.epoch, t.last_seq, len(body), t1 - t0, t2 - t1, time.perf_counter() - t2)
 
 
 def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
@@ -135,6 +142,7 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     segments = DynamoSegmentStore(ddb, settings)
     catalogue = DynamoIndexCatalogue(ddb, settings)
     now = int(time.time() * 1000)
+    t0 = time.perf_counter()
 
     pending: dict[tuple[str, int], Pending] = {}
     tasks: list[Task] = []
@@ -168,18 +176,22 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
             break
         after = page[-1].topic
 
-    built: list[tuple[str, int, int, int]] = []
+    t1 = time.perf_counter()
+    built: list[tuple[str, int, int, int, float, float, float]] = []
     published: dict[tuple[str, int], tuple[Any, Any]] = {}
     if tasks:
         bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
-        slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
+        slices = max(
+            1, min(len(tasks), spark.sparkContext.defaultParallelism * args.tasks_per_core)
+        )
         built = (
             spark.sparkContext.parallelize(tasks, slices)
             .mapPartitions(lambda part: build_tasks(part, bucket, endpoint, region))
             .collect()
         )
+    t2 = time.perf_counter()
     sizes: dict[tuple[str, int], dict[int, int]] = {}
-    for topic, epoch, last_seq, size in built:
+    for topic, epoch, last_seq, size, *_ in built:
         sizes.setdefault((topic, epoch), {})[last_seq] = size
     for (topic, epoch), work in sorted(pending.items()):
         got = sizes.get((topic, epoch), {})
@@ -202,7 +214,20 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
             }
         summary["built"] += progress.built
         summary["bytes"] += progress.bytes
+    t3 = time.perf_counter()
     summary["runs"] = _compact(spark, args, published, segments, catalogue)
+    # where a run's time went (wall seconds): the driver's reads, the Spark builds, the
+    # catalogue writes, the lexicon-run compaction (its Spark stage and publication)
+    summary["seconds"] = {
+        "prepare": round(t1 - t0, 3),
+        "build": round(t2 - t1, 3),
+        "publish": round(t3 - t2, 3),
+        "compact": round(time.perf_counter() - t3, 3),
+        # summed over the Spark tasks (they overlap): segment reads, builds, companion writes
+        "task_get": round(sum(b[4] for b in built), 3),
+        "task_build": round(sum(b[5] for b in built), 3),
+        "task_put": round(sum(b[6] for b in built), 3),
+    }
     log.info(
         "indexed %d segments and compacted %d lexicon runs of %d streams",
         summary["built"],
@@ -268,7 +293,7 @@ def _compact(
     if not tasks:
         return 0
     bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
-    slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4))
+    slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * args.tasks_per_core))
     built = (
         spark.sparkContext.parallelize(tasks, slices)
         .mapPartitions(lambda part: build_runs(part, bucket, endpoint, region))

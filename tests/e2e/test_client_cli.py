@@ -189,8 +189,11 @@ class Collector:
         return self.seqs()
 
     def close(self) -> None:
+        """close() from another thread ends the reader's iteration at once (not at the next
+        heartbeat)."""
         self.stream.close()
-        self.thread.join(10)
+        self.thread.join(5)
+        assert not self.thread.is_alive(), "close() did not wake the reading thread"
 
 
 # --- topics -----------------------------------------------------------------------------------

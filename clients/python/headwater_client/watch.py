@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -177,6 +178,17 @@ class _Resume:
         return 0.0
 
 
+def _interrupt(response: httpx.Response) -> None:
+    """Wake a thread blocked reading `response`: closing a socket does not interrupt a read
+    another thread is blocked in (it would wait for the next heartbeat), shutting it down
+    does."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 class WatchStream:
     """An iterator of `WatchEvent`s across reconnects. Use it as a context manager (or call
     `close()`); `wid`, `last_event_id` and `cursors` say where it stands, so a later process
@@ -220,6 +232,7 @@ class WatchStream:
         with self._lock:
             response = self._response
         if response is not None:
+            _interrupt(response)
             with contextlib.suppress(Exception):
                 response.close()
 

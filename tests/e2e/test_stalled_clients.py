@@ -22,7 +22,7 @@ import pytest
 from tests.e2e.conftest import ServerProcess
 from tests.e2e.test_watch_sse import SSE, append, put, watch
 
-pytestmark = [pytest.mark.serial, pytest.mark.alone, pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(120)]
 
 FAST = {
     "HEADWATER_SLOW_CONSUMER_TIMEOUT_MS": "1000",

@@ -9,7 +9,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: run test test-fast lint fmt build deploy bench deps deps-py deps-sam deps-node deps-java deps-chromium clean glue-local
 
-deps: deps-py deps-sam deps-node deps-java deps-chromium
+# the three installs are independent (their own venvs, node_modules): in parallel they take
+# as long as the longest (~100 s from a clean clone instead of ~170 s); the apt ones in turn
+deps:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target deps-py deps-sam deps-node
+	@$(MAKE) --no-print-directory deps-java deps-chromium
 
 $(VENV)/.stamp: requirements.txt requirements-dev.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -52,11 +56,7 @@ run: deps-py
 # the `serial` e2e runs (fault and kill -9 runs, stress runs, the conformance suite, the
 # benchmark smoke runs) one test at a time, so they have the machine to themselves.
 TEST_WORKERS ?= 2
-test:
-	@# the three installs are independent (their own venvs, node_modules): in parallel they take
-	@# as long as the longest (~100 s from a clean clone instead of ~170 s); apt ones in turn
-	@$(MAKE) --no-print-directory -j3 --output-sync=target deps-py deps-sam deps-node
-	@$(MAKE) --no-print-directory deps-java deps-chromium
+test: deps
 	@# byte-compile once: with PYTHONDONTWRITEBYTECODE set, each of the hundreds of server and
 	@# client processes would otherwise recompile the package (~0.5 s apiece)
 	$(PY) -m compileall -q -j 2 layers/headwater bench functions glue_jobs tests/faults tests/e2e

@@ -100,6 +100,11 @@ class Task:
     registry_json: str
 
 
+def _slices(spark: SparkSession, args: JobArgs, n: int) -> int:
+    """Spark partitions for `n` tasks: `tasks_per_core` per core, at most one per task."""
+    return max(1, min(n, spark.sparkContext.defaultParallelism * args.tasks_per_core))
+
+
 def build_tasks(
     tasks: Iterator[Task], bucket: str, endpoint_url: str | None, region: str | None
 ) -> Iterator[tuple[str, int, int, int, float, float, float]]:
@@ -181,9 +186,7 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     published: dict[tuple[str, int], tuple[Any, Any]] = {}
     if tasks:
         bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
-        slices = max(
-            1, min(len(tasks), spark.sparkContext.defaultParallelism * args.tasks_per_core)
-        )
+        slices = _slices(spark, args, len(tasks))
         built = (
             spark.sparkContext.parallelize(tasks, slices)
             .mapPartitions(lambda part: build_tasks(part, bucket, endpoint, region))
@@ -293,7 +296,7 @@ def _compact(
     if not tasks:
         return 0
     bucket, endpoint, region = args.bucket, args.endpoint_url, args.region
-    slices = max(1, min(len(tasks), spark.sparkContext.defaultParallelism * args.tasks_per_core))
+    slices = _slices(spark, args, len(tasks))
     built = (
         spark.sparkContext.parallelize(tasks, slices)
         .mapPartitions(lambda part: build_runs(part, bucket, endpoint, region))

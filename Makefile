@@ -50,18 +50,21 @@ deps-chromium:
 run: deps-py
 	$(PY) -m headwater.dev.server
 
-# Two phases: the in-process tiers (and glue, infra) and the e2e files not marked `serial`
+# Three phases: the in-process tiers (and glue, infra) and the e2e files not marked `serial`
 # spread over $(TEST_WORKERS) pytest-xdist workers, one test file per worker at a time (the
-# slowest folders first, so no worker is left with a long file at the end); then
-# the `serial` e2e runs (fault and kill -9 runs, stress runs, the conformance suite, the
-# benchmark smoke runs) one test at a time, so they have the machine to themselves.
+# slowest folders first, so no worker is left with a long file at the end); then the
+# `serial` e2e runs (fault and kill -9 runs, stress runs, the benchmark smoke runs), two
+# files at a time: they check histories, not timings, and spend much of their time waiting
+# out injected faults; last the `alone` runs (the conformance suite, whose TTL tests race
+# 1-2 s clocks, and the header-deadline and pacing checks) one at a time.
 TEST_WORKERS ?= 2
 test: deps
 	@# byte-compile once: with PYTHONDONTWRITEBYTECODE set, each of the hundreds of server and
 	@# client processes would otherwise recompile the package (~0.5 s apiece)
 	$(PY) -m compileall -q -j 2 layers/headwater bench functions glue_jobs tests/faults tests/e2e
 	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly -n $(TEST_WORKERS) --dist loadfile tests/glue tests/infra tests/e2e tests/api tests/adapters tests/unit -m "not serial" $(PYTEST_ARGS)
-	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly tests/e2e -m serial $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly -n $(TEST_WORKERS) --dist loadfile tests/e2e -m "serial and not alone" $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(SAMVENV)/bin:$$PATH" $(PY) -m pytest -q -p no:randomly tests/e2e -m alone $(PYTEST_ARGS)
 
 test-fast: deps-py
 	$(PY) -m pytest -q -m "unit or api" $(PYTEST_ARGS)

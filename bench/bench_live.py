@@ -119,7 +119,7 @@ class SseWatch:
         t0 = time.perf_counter()
         body = json.dumps({"topics": {topic: {"tail": True}}, "include_meta": False}).encode()
         # A connection of its own: a keep-alive connection reused after this stream's
-        # caught-up could sit idle past uvicorn's keep-alive timeout (5 s) under load.
+        # caught-up could sit idle past uvicorn's keep-alive timeout under load.
         poster = RawHttp(f"http://{self.host}:{self.port}")
         try:
             status, content = await poster.post("/v0/watch", body)

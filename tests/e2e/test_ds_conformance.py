@@ -27,7 +27,7 @@ import pytest
 
 from tests.e2e.conftest import ServerProcess
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.serial, pytest.mark.alone, pytest.mark.e2e, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_SH = REPO / "tests" / "conformance" / "run.sh"

@@ -20,7 +20,7 @@ import pytest
 from tests.e2e.conftest import ServerProcess
 from tests.e2e.test_watch_sse import SSE, append, open_stream, put, watch
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e]
+pytestmark = [pytest.mark.serial, pytest.mark.alone, pytest.mark.e2e]
 
 FRAME_RE = re.compile(rb"(?:id: ([^\n]*)\n)?event: ([a-z-]+)\ndata: ([^\n]*)\n\n")
 

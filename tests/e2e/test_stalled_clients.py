@@ -22,7 +22,7 @@ import pytest
 from tests.e2e.conftest import ServerProcess
 from tests.e2e.test_watch_sse import SSE, append, put, watch
 
-pytestmark = [pytest.mark.serial, pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.serial, pytest.mark.alone, pytest.mark.e2e, pytest.mark.timeout(120)]
 
 FAST = {
     "HEADWATER_SLOW_CONSUMER_TIMEOUT_MS": "1000",
@@ -219,7 +219,7 @@ def test_the_header_deadline_spares_kept_alive_idle_connections_but_not_a_slow_s
     sock.sendall(request)
     assert _response(sock).startswith(b"HTTP/1.1 200")
     # GIVEN a kept-alive connection idle for longer than the header deadline (uvicorn's
-    # keep-alive timeout is 5 s) WHEN the next request comes whole THEN it is served
+    # keep-alive timeout is KEEP_ALIVE_S) WHEN the next request comes whole THEN it is served
     time.sleep(2.0)
     sock.sendall(request)
     assert _response(sock).startswith(b"HTTP/1.1 200")

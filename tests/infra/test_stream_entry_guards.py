@@ -50,3 +50,21 @@ def test_run_sh_closes_a_slowloris_socket_after_the_header_deadline(
         output = proc.stdout.read().decode() if proc.stdout else ""
     assert code in (0, -15), output
     assert "Traceback" not in output, output
+
+
+def test_every_server_keeps_idle_connections_longer_than_its_clients_pools() -> None:
+    """The deployed entry and `make run` share KEEP_ALIVE_S, and it outlasts the pools that
+    reuse their connections (httpx's default expiry, the adapter's 60 s): a server closing
+    an idle connection as a client reuses it fails that request with a reset."""
+    import re
+
+    from fastapi import FastAPI
+
+    from headwater.dev.server import uvicorn_config
+    from headwater.http.serving import KEEP_ALIVE_S
+    from headwater.settings import Settings
+
+    match = re.search(r"--timeout-keep-alive (\d+)", RUN_SH.read_text())
+    assert match is not None and int(match.group(1)) == KEEP_ALIVE_S
+    assert uvicorn_config(FastAPI(), Settings.from_env()).timeout_keep_alive == KEEP_ALIVE_S
+    assert KEEP_ALIVE_S > 60 and KEEP_ALIVE_S > (httpx.Limits().keepalive_expiry or 0)

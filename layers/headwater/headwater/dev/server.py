@@ -66,18 +66,22 @@ def serve(app: FastAPI, settings: Settings) -> None:
     """Serve with uvicorn until SIGINT/SIGTERM (uvloop when installed), through httptools
     with the stalled-client guards (headwater.http.serving: a header deadline, bounded
     unsent bytes, sockets of clients that stopped reading reset once closed)."""
-    from headwater.http.serving import http_protocol
+    GracefulServer(uvicorn_config(app, settings), app).run()
 
-    config = uvicorn.Config(
+
+def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
+    from headwater.http.serving import KEEP_ALIVE_S, http_protocol
+
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         http=http_protocol(settings),
         log_level="warning",
         access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=5,
     )
-    GracefulServer(config, app).run()
 
 
 def default_notification_schema() -> str | None:

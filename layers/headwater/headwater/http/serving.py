@@ -6,7 +6,11 @@ stalled-client guards uvicorn lacks (docs/v0-topics.md, "Stalled clients").
 - Header deadline (slowloris). A request head not complete within `header_timeout_ms` of
   the connection opening, or of the first byte after the previous response on a kept-alive
   connection, closes the connection (after a 408 if part of a head arrived). An idle
-  kept-alive connection stays uvicorn's `timeout_keep_alive` business.
+  kept-alive connection stays uvicorn's `timeout_keep_alive` business: KEEP_ALIVE_S, longer
+  than the clients' own pool expiry (httpx and Node drop idle connections after 4-5 s, the
+  Lambda Web Adapter and load balancers after 60 s). A server that closes an idle
+  connection at the same moment as its client reuses it makes the request fail with a
+  reset the client cannot safely retry (uvicorn's 5 s default equals httpx's).
 - Bounded unsent bytes. The transport pauses the app's writes above `socket_buffer_bytes`
   and the kernel keeps at most about as many bytes not yet sent (TCP_NOTSENT_LOWAT), so a
   client that stops reading blocks the app's next send after a few hundred KB rather than
@@ -42,6 +46,7 @@ from headwater.settings import Caps, Settings
 
 log = logging.getLogger(__name__)
 
+KEEP_ALIVE_S = 75  # uvicorn's timeout_keep_alive here and in functions/stream/run.sh
 CLOSE_GRACE_S = 2.0  # a closed socket whose unsent bytes make no progress this long is reset
 TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"

@@ -8,12 +8,14 @@ corrupt objects are refused."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from headwater.durable.offsets import encode_offset
 from headwater.durable.schema import search_fields
 from headwater.engine.records import StoredRecord
 from headwater.engine.segment import companion_key
+from headwater.index import companion as companion_mod
 from headwater.index.companion import (
     UNDECODABLE,
     Companion,
@@ -79,6 +82,15 @@ SEARCH: dict[str, Any] = {
                 "n": {"kind": "count"},
                 "errors": {"kind": "count", "include": "code:>=500"},
                 "lat": {"kind": "summary", "field": "lat"},
+            },
+        },
+        "r3": {  # no filters, one field per measure: the columnar build path
+            "dimensions": ["svc", "code"],
+            "intervals": ["1s", "5s"],
+            "measures": {
+                "n": {"kind": "count"},
+                "lat": {"kind": "summary", "field": "lat"},
+                "codes": {"kind": "summary", "field": "code", "histogram": "log2_v1"},
             },
         },
         "r2": {
@@ -500,6 +512,15 @@ _rollup_req: st.SearchStrategy[tuple[str, str, list[str], list[str] | None]] = s
         ),
     ),
     st.tuples(
+        st.just("r3"),
+        st.sampled_from(["1s", "5s"]),
+        st.lists(st.sampled_from(["svc", "code"]), unique=True, max_size=2),
+        st.one_of(
+            st.none(),
+            st.lists(st.sampled_from(["n", "lat", "codes"]), unique=True, min_size=1),
+        ),
+    ),
+    st.tuples(
         st.just("r2"),
         st.just("2s"),
         st.just([]),
@@ -580,6 +601,29 @@ def test_rollup_windows_known_values() -> None:
         comp.rollup_windows("r1", "1m", [], None)
     with pytest.raises(KeyError):
         comp.rollup_windows("r1", "1s", ["ok"], None)
+
+
+@contextlib.contextmanager
+def _per_document_rollups() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(companion_mod, "_columnar", lambda r: False)
+        yield
+
+
+@SETTINGS
+@given(segments())
+def test_the_columnar_rollup_path_writes_what_the_per_document_path_writes(
+    docs: list[SegmentDoc],
+) -> None:
+    """r3 takes the columnar path; forced through Rollup.contribution document by document,
+    the companion's bytes (float sums, histograms, window and group order) are the same."""
+    plan = _plan(REG)
+    assert companion_mod._columnar(companion_mod._rollup_evaluator(REG, "r3", "1s"))
+    assert not companion_mod._columnar(companion_mod._rollup_evaluator(REG, "r1", "1s"))
+    columnar = build_companion(plan, docs)
+    with _per_document_rollups():
+        by_doc = build_companion(plan, docs)
+    assert columnar == by_doc
 
 
 def test_values_orjson_cannot_write_exactly_take_the_stdlib_path() -> None:

@@ -481,8 +481,6 @@ def _build_rollup(
 ) -> dict[str, Any]:
     """One rollup's windows; appends to `overflow` when a sum is not finite (the values are,
     but a sum of huge ones can overflow)."""
-    from headwater.durable.aggregate import _Summary
-
     cfg = plan.registry["search"]["rollups"][name]
     intervals: dict[str, Any] = {}
     dims: list[str] = []
@@ -505,27 +503,10 @@ def _build_rollup(
         ) -> Sequence[Any]:
             return cols[id(spec)][at[0]]
 
-        contribution = r.contribution
-        for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
-            at[0] = i
-            got = contribution(doc, v, read)
-            if got is None:
-                continue
-            start, key, measures = got
-            key_list = [key[d] for d in dims]
-            try:
-                ck = canonical.get(memo := tuple(key_list))
-                if ck is None:
-                    ck = canonical[memo] = canonical_json(key_list)
-            except TypeError:  # an unhashable dimension value (an array)
-                ck = canonical_json(key_list)
-            _, states = windows.setdefault(start, {}).setdefault(ck, (key_list, {}))
-            for m in order:  # contribution() answers every measure
-                c, total, lo, hi, hist = measures[m]
-                if kinds[m] == "count":
-                    states[m] = states.get(m, 0) + int(c)
-                else:
-                    states.setdefault(m, _Summary()).add(c, total, lo, hi, hist)
+        if _columnar(r):
+            _rollup_columns(r, dims, columns, canonical, windows)
+        else:
+            _rollup_by_doc(r, dims, values, versions, read, at, canonical, windows, kinds, order)
         intervals[interval] = {
             "step": r.step,
             "windows": [
@@ -540,6 +521,134 @@ def _build_rollup(
             ],
         }
     return {"dimensions": dims, "measures": kinds, "intervals": intervals}
+
+
+_Windows = dict[int, dict[bytes, tuple[list[Any], dict[str, Any]]]]
+
+
+def _columnar(r: Rollup) -> bool:
+    """Whether `_rollup_columns` computes exactly what `r.contribution` would: no filters
+    (they read whole documents) and measures that read one field each."""
+    return (
+        r.include is None
+        and not r.measure_include
+        and all(spec["kind"] in ("count", "summary") for spec in r.measures.values())
+    )
+
+
+def _rollup_columns(
+    r: Rollup,
+    dims: list[str],
+    columns: dict[int, list[Sequence[Any]]],
+    canonical: dict[Any, bytes],
+    windows: _Windows,
+) -> None:
+    """`Rollup.contribution` over the field columns, for the rollups `_columnar` accepts:
+    the same documents contribute the same values, added in the same (seq) order, so the
+    windows are identical (sums included); measured at ~4x the per-document path."""
+    from headwater.durable.aggregate import _histogram_bucket, _number, _Summary
+
+    ts_col = columns[id(r.ts)]
+    dim_cols = [columns[id(r.fields[d])] for d in dims]
+    # per measure in name order: (name, its field's column for a summary, histogram kept)
+    plan: list[tuple[str, list[Sequence[Any]] | None, bool]] = []
+    for m in sorted(r.measures):
+        spec = r.measures[m]
+        if spec["kind"] == "count":
+            plan.append((m, None, False))
+        else:
+            hist = bool(spec.get("histogram", "log2_v1"))
+            plan.append((m, columns[id(r.fields[spec["field"]])], hist))
+    lo_ms, hi_ms, step = r.from_ms, r.to_ms, r.step
+    values: list[float] = [0.0] * len(plan)
+    for i, ts in enumerate(ts_col):
+        if len(ts) != 1:
+            continue
+        t = ts[0]
+        if not isinstance(t, int) or not lo_ms <= t < hi_ms:
+            continue
+        key_list: list[Any] = []
+        for col in dim_cols:
+            got = col[i]
+            if len(got) > 1:
+                break
+            key_list.append(got[0] if got else None)
+        else:
+            for k, (_, field_col, _) in enumerate(plan):
+                if field_col is None:
+                    continue
+                got = field_col[i]
+                v = _number(got[0]) if len(got) == 1 else None
+                if v is None:
+                    break  # contribution(): a doc without every summary's value adds nothing
+                values[k] = v
+            else:
+                try:
+                    ck = canonical.get(memo := tuple(key_list))
+                    if ck is None:
+                        ck = canonical[memo] = canonical_json(key_list)
+                except TypeError:  # an unhashable dimension value (an array)
+                    ck = canonical_json(key_list)
+                _, states = windows.setdefault(t - t % step, {}).setdefault(ck, (key_list, {}))
+                for k, (m, field_col, hist) in enumerate(plan):
+                    if field_col is None:
+                        states[m] = states.get(m, 0) + 1
+                        continue
+                    # _Summary.add(1.0, v, v, v, {bucket: 1}), inline: the same operations
+                    v = values[k]
+                    s = states.get(m)
+                    if s is None:
+                        s = states[m] = _Summary()
+                    s.count += 1.0
+                    s.sum += v
+                    if s.min is None or v < s.min:
+                        s.min = v
+                    if s.max is None or v > s.max:
+                        s.max = v
+                    if hist:
+                        bucket = _histogram_bucket(v)
+                        if s.hist is None:
+                            s.hist = {bucket: 1}
+                        else:
+                            s.hist[bucket] = s.hist.get(bucket, 0) + 1
+
+
+def _rollup_by_doc(
+    r: Rollup,
+    dims: list[str],
+    values: list[object],
+    versions: list[int | None],
+    read: Callable[[FieldSpec], Sequence[Any]],
+    at: list[int],
+    canonical: dict[Any, bytes],
+    windows: _Windows,
+    kinds: dict[str, str],
+    order: list[str],
+) -> None:
+    """`Rollup.contribution` document by document (filters, summary_parts)."""
+    from headwater.durable.aggregate import _Summary
+
+    contribution = r.contribution
+    for i, (doc, v) in enumerate(zip(values, versions, strict=True)):
+        at[0] = i
+        got = contribution(doc, v, read)
+        if got is None:
+            continue
+        start, key, measures = got
+        key_list = [key[d] for d in dims]
+        try:
+            ck = canonical.get(memo := tuple(key_list))
+            if ck is None:
+                ck = canonical[memo] = canonical_json(key_list)
+        except TypeError:  # an unhashable dimension value (an array)
+            ck = canonical_json(key_list)
+        _, states = windows.setdefault(start, {}).setdefault(ck, (key_list, {}))
+        for m in order:  # contribution() answers every measure
+            c, total, lo, hi, hist = measures[m]
+            if kinds[m] == "count":
+                states[m] = states.get(m, 0) + int(c)
+            else:
+                states.setdefault(m, _Summary()).add(c, total, lo, hi, hist)
 
 
 def _state_out(s: int | _Summary, overflow: list[bool]) -> Any:

@@ -8,11 +8,14 @@ and the AWS bill per operation and per million events at the list prices in `PRI
 
 Cost method (stated once, here):
 - DynamoDB on-demand: WRU/RRU per call are estimated by callcount from item sizes (writes:
-  1 WRU per started KB per item, x2 in a transaction; Updates sized from key + values, at
-  least 1 KB; reads: 1 RRU per started 4 KB, x0.5 eventually consistent, Query summed over
-  the page). Each write to a table with global secondary indexes adds 1 standard WRU per KB
-  per index (projection ALL: every change to an indexed item is replicated; we count it
-  even when only non-key attributes change, which is how ALL projections behave).
+  1 WRU per started KB per item, x2 in a transaction; an Update on the larger of the item
+  before it (as the server process last wrote or read it whole) and its key + values, a
+  Delete on the item it removes; `unsized_writes` counts those billed on a lower bound
+  because the process never saw the item; reads: 1 RRU per started 4 KB, x0.5 eventually
+  consistent, Query summed over the page). Each write to a table with global secondary
+  indexes adds 1 standard WRU per KB per index (projection ALL: every change to an indexed
+  item is replicated; we count it even when only non-key attributes change, which is how
+  ALL projections behave).
 - S3: PUT-class requests (Put/Copy/Post/List/multipart) and GET-class (Get/Head/others);
   DeleteObject(s) free. Storage (GB-month) and in-region transfer are not counted.
 - Lambda: one invocation per HTTP request plus GB-seconds at the function's memory
@@ -271,12 +274,13 @@ def cost_per_op(
 ) -> dict[str, float]:
     """Dollars per operation, by component, from a callcount snapshot over `ops` operations."""
     n = max(ops, 1)
-    wru = rru = s3_put = s3_get = 0.0
+    wru = rru = s3_put = s3_get = unsized = 0.0
     for api, f in calls.get("calls", {}).items():
         service, _, name = api.partition(".")
         if service == "DynamoDB":
             wru += f.get("wru", 0.0)
             rru += f.get("rru", 0.0)
+            unsized += f.get("unsized", 0.0)
         elif service == "S3" and name not in S3_FREE:
             if name in S3_PUT_CLASS:
                 s3_put += f.get("calls", 0.0)
@@ -289,6 +293,9 @@ def cost_per_op(
     out = {
         "wru": wru / n,
         "gsi_wru": gsi_wru / n,
+        # item writes billed on a lower bound (an Update or Delete of an item the server
+        # process never saw whole: storage/callcount.py)
+        "unsized_writes": unsized / n,
         "rru": rru / n,
         "s3_put": s3_put / n,
         "s3_get": s3_get / n,

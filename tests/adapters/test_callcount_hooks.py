@@ -69,3 +69,86 @@ def test_hooks_install_on_a_single_client(counted: None) -> None:
     hooked.list_buckets()
     plain.list_buckets()
     assert callcount.snapshot()["calls"]["S3.ListBuckets"]["calls"] == 1
+
+
+def test_updates_and_deletes_are_billed_on_the_item_they_change(counted: None) -> None:
+    """DynamoDB bills an Update on the larger of the item before and after it and a Delete on
+    the item it removes: sized from what this process wrote or read whole before."""
+    import boto3
+
+    session = boto3.Session(region_name="us-east-1")
+    callcount.install(session)
+    ddb = session.client("dynamodb")
+    ddb.create_table(
+        TableName="l",
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "N"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for sk in range(4):  # items of ~2.9 KB: 3 WRU each
+        item = {"pk": {"S": "t#1"}, "sk": {"N": str(sk)}, "rb": {"B": b"x" * 2900}}
+        ddb.put_item(TableName="l", Item=item)
+    callcount.reset()
+
+    def wru(api: str) -> float:
+        return float(callcount.snapshot()["calls"][api]["wru"])
+
+    def unsized(api: str) -> float:
+        return float(callcount.snapshot()["calls"][api]["unsized"])
+
+    key0 = {"pk": {"S": "t#1"}, "sk": {"N": "0"}}
+    # an Update that sets one small attribute still rewrites the whole ~2.9 KB item
+    ddb.update_item(
+        TableName="l",
+        Key=key0,
+        UpdateExpression="SET dn = :n",
+        ExpressionAttributeValues={":n": {"N": "1"}},
+    )
+    assert wru("DynamoDB.UpdateItem") == 3 and unsized("DynamoDB.UpdateItem") == 0
+    ddb.delete_item(TableName="l", Key=key0)
+    assert wru("DynamoDB.DeleteItem") == 3
+    # a batch delete: each item on its own size; one the process never saw is a lower bound
+    ddb.batch_write_item(
+        RequestItems={
+            "l": [
+                {"DeleteRequest": {"Key": {"pk": {"S": "t#1"}, "sk": {"N": "1"}}}},
+                {"DeleteRequest": {"Key": {"pk": {"S": "t#1"}, "sk": {"N": "99"}}}},
+            ]
+        }
+    )
+    assert wru("DynamoDB.BatchWriteItem") == 3 + 1
+    assert unsized("DynamoDB.BatchWriteItem") == 1
+    # a transaction doubles the item's size units
+    ddb.transact_write_items(
+        TransactItems=[
+            {"Delete": {"TableName": "l", "Key": {"pk": {"S": "t#1"}, "sk": {"N": "2"}}}}
+        ]
+    )
+    assert wru("DynamoDB.TransactWriteItems") == 2 * 3
+    # sizes learnt from a whole-item read (another process wrote the item), not a projected one
+    callcount._sizes.clear()
+    ddb.query(
+        TableName="l",
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": "t#1"}},
+        ProjectionExpression="pk, sk",
+    )
+    ddb.delete_item(TableName="l", Key={"pk": {"S": "t#1"}, "sk": {"N": "3"}})
+    assert unsized("DynamoDB.DeleteItem") == 1  # the projected read taught nothing
+    ddb.put_item(
+        TableName="l", Item={"pk": {"S": "t#2"}, "sk": {"N": "0"}, "rb": {"B": b"y" * 2900}}
+    )
+    callcount._sizes.clear()
+    ddb.query(
+        TableName="l",
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": "t#2"}},
+    )
+    ddb.delete_item(TableName="l", Key={"pk": {"S": "t#2"}, "sk": {"N": "0"}})
+    assert wru("DynamoDB.DeleteItem") == 3 + 1 + 3 and unsized("DynamoDB.DeleteItem") == 1

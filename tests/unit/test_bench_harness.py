@@ -67,9 +67,20 @@ def test_write_units_double_inside_transactions() -> None:
             },
         ]
     }
-    assert callcount._write_units("TransactWriteItems", params) == [("log", 2, 2), ("heads", 1, 2)]
-    assert callcount._write_units("PutItem", {"TableName": "log", "Item": big}) == [("log", 2, 1)]
-    assert callcount._write_units("DeleteItem", {"TableName": "x"}) == [("x", 1, 1)]
+    callcount._sizes.clear()
+    assert callcount._write_units("TransactWriteItems", params) == [
+        ("log", 2, 2, True),
+        ("heads", 1, 2, False),  # an item never seen: sized from key and values
+    ]
+    assert callcount._write_units("PutItem", {"TableName": "log", "Item": big}) == [
+        ("log", 2, 1, True)
+    ]
+    assert callcount._write_units("DeleteItem", {"TableName": "x", "Key": {"pk": {"S": "a"}}}) == [
+        ("x", 1, 1, False)
+    ]
+    # the Put above taught its size: deleting that item is billed on it
+    key = {"TableName": "log", "Key": {"pk": {"S": "t#1"}}}
+    assert callcount._write_units("DeleteItem", key) == [("log", 2, 1, True)]
     assert callcount._write_units("GetItem", {"TableName": "x"}) == []
 
 

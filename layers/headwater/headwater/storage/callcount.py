@@ -7,8 +7,12 @@ request/response body bytes, and DynamoDB capacity units estimated from item siz
 way DynamoDB bills them (sizes per the developer guide's item-size rules):
 
 - writes: 1 WRU per started KB of each written item, x2 inside TransactWriteItems. An Update
-  is billed on the larger of the old and new item, which the request does not show: we size
-  it from its key and values (a lower bound; at least 1 KB). Deletes count 1 KB.
+  is billed on the larger of the item before and after it, a Delete on the item it removes;
+  neither request shows that item, so each process keeps the size of every item it has
+  written or read whole (`Sizes`, by table and key) and bills an Update on the larger of
+  that and its key + values, a Delete on that. An item this process never saw is billed
+  on its key + values (an Update) or 1 KB (a Delete), and counted in `unsized` so a
+  benchmark shows how much of its figure is such a lower bound.
 - reads: 1 RRU per started 4 KB (GetItem, BatchGetItem per item; Query/Scan on the sum of
   the items returned, at least one unit), x0.5 eventually consistent, x2 transactional.
 
@@ -28,7 +32,49 @@ _calls: dict[str, dict[str, float]] = {}
 _tables: dict[str, dict[str, float]] = {}
 _CTX_PARAMS = "headwater_callcount_params"
 _CTX_API = "headwater_callcount_api"
-_FIELDS = ("calls", "errors", "req_bytes", "resp_bytes", "wru", "rru", "items")
+_FIELDS = ("calls", "errors", "req_bytes", "resp_bytes", "wru", "rru", "items", "unsized")
+_KEY_ATTRS = ("pk", "sk")  # every Headwater table's key attributes (storage/schema.py)
+MAX_SIZES = 1_000_000  # items whose sizes a process remembers (oldest forgotten first)
+
+
+class Sizes:
+    """The last known size of each item by (table, key): set by whole-item writes (Put) and
+    reads (GetItem, Query, Scan and BatchGetItem without a projection), raised by Updates,
+    dropped by Deletes. Bounded: past MAX_SIZES the oldest entries go."""
+
+    def __init__(self, limit: int = MAX_SIZES) -> None:
+        self._sizes: dict[tuple[str, tuple[Any, ...]], int] = {}
+        self._limit = limit
+
+    @staticmethod
+    def key(table: str, item: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
+        if "pk" not in item:
+            return None
+        return table, tuple(next(iter(item[a].items())) if a in item else None for a in _KEY_ATTRS)
+
+    def get(self, table: str, key: Mapping[str, Any]) -> int | None:
+        k = self.key(table, key)
+        return None if k is None else self._sizes.get(k)
+
+    def put(self, table: str, item: Mapping[str, Any], size: int) -> None:
+        k = self.key(table, item)
+        if k is None:
+            return
+        self._sizes.pop(k, None)
+        self._sizes[k] = size
+        if len(self._sizes) > self._limit:
+            del self._sizes[next(iter(self._sizes))]
+
+    def drop(self, table: str, key: Mapping[str, Any]) -> None:
+        k = self.key(table, key)
+        if k is not None:
+            self._sizes.pop(k, None)
+
+    def clear(self) -> None:
+        self._sizes.clear()
+
+
+_sizes = Sizes()
 
 
 def _num_size(text: str) -> int:
@@ -76,31 +122,73 @@ def _kb(size: int) -> int:
     return max(1, math.ceil(size / _KB))
 
 
-def _write_units(name: str, params: Mapping[str, Any]) -> list[tuple[str, int, int]]:
-    """(table, base KB units, multiplier) per item written."""
-    out: list[tuple[str, int, int]] = []
+def _write_units(name: str, params: Mapping[str, Any]) -> list[tuple[str, int, int, bool]]:
+    """(table, base KB units, multiplier, sized from a known item) per item written; notes
+    what each write does to the item sizes this process knows."""
+    out: list[tuple[str, int, int, bool]] = []
+
+    def put(table: str, item: Mapping[str, Any], mult: int) -> None:
+        size = item_size(item)
+        _sizes.put(table, item, size)
+        out.append((table, _kb(size), mult, True))
+
+    def update(table: str, op: Mapping[str, Any], mult: int) -> None:
+        key = op.get("Key") or {}
+        before = _sizes.get(table, key)
+        after = _update_size(op) if before is None else max(before, _update_size(op))
+        _sizes.put(table, key, after)
+        out.append((table, _kb(after), mult, before is not None))
+
+    def delete(table: str, key: Mapping[str, Any], mult: int) -> None:
+        size = _sizes.get(table, key)
+        _sizes.drop(table, key)
+        out.append((table, _kb(size or 0), mult, size is not None))
+
     if name == "TransactWriteItems":
         for ti in params.get("TransactItems", []):
             for kind, op in ti.items():
                 table = op.get("TableName", "?")
                 if kind == "Put":
-                    out.append((table, _kb(item_size(op.get("Item"))), 2))
+                    put(table, op.get("Item") or {}, 2)
                 elif kind == "Update":
-                    out.append((table, _kb(_update_size(op)), 2))
-                else:  # Delete, ConditionCheck
-                    out.append((table, 1, 2))
+                    update(table, op, 2)
+                elif kind == "Delete":
+                    delete(table, op.get("Key") or {}, 2)
+                else:  # ConditionCheck: billed as a write of the item it checks
+                    size = _sizes.get(table, op.get("Key") or {})
+                    out.append((table, _kb(size or 0), 2, size is not None))
     elif name == "PutItem":
-        out.append((params.get("TableName", "?"), _kb(item_size(params.get("Item"))), 1))
+        put(params.get("TableName", "?"), params.get("Item") or {}, 1)
     elif name == "UpdateItem":
-        out.append((params.get("TableName", "?"), _kb(_update_size(params)), 1))
+        update(params.get("TableName", "?"), params, 1)
     elif name == "DeleteItem":
-        out.append((params.get("TableName", "?"), 1, 1))
+        delete(params.get("TableName", "?"), params.get("Key") or {}, 1)
     elif name == "BatchWriteItem":
         for table, reqs in (params.get("RequestItems") or {}).items():
             for r in reqs:
-                put = r.get("PutRequest")
-                out.append((table, _kb(item_size(put["Item"])) if put else 1, 1))
+                if "PutRequest" in r:
+                    put(table, r["PutRequest"]["Item"], 1)
+                else:
+                    delete(table, r["DeleteRequest"]["Key"], 1)
     return out
+
+
+def _note_read_sizes(name: str, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> None:
+    """Remember the sizes of whole items a read returned (not projected ones)."""
+    if name == "GetItem":
+        item = parsed.get("Item")
+        if item and not params.get("ProjectionExpression"):
+            _sizes.put(params.get("TableName", "?"), item, item_size(item))
+    elif name in ("Query", "Scan"):
+        if not params.get("ProjectionExpression") and not params.get("Select"):
+            table = params.get("TableName", "?")
+            for item in parsed.get("Items", []):
+                _sizes.put(table, item, item_size(item))
+    elif name == "BatchGetItem":
+        for table, items in (parsed.get("Responses") or {}).items():
+            if not (params.get("RequestItems") or {}).get(table, {}).get("ProjectionExpression"):
+                for item in items:
+                    _sizes.put(table, item, item_size(item))
 
 
 def _read_units(name: str, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> float:
@@ -180,20 +268,22 @@ def _on_after_call(
         elif not model.has_streaming_output:
             size = len(http_response.content or b"")
     params = (context or {}).get(_CTX_PARAMS) or {}
-    writes: list[tuple[str, int, int]] = []
+    writes: list[tuple[str, int, int, bool]] = []
     rru = 0.0
-    if model.service_model.service_id == "DynamoDB" and status < 300:
-        writes = _write_units(model.name, params)
-        rru = _read_units(model.name, params, parsed or {})
     with _lock:
+        if model.service_model.service_id == "DynamoDB" and status < 300:
+            writes = _write_units(model.name, params)
+            rru = _read_units(model.name, params, parsed or {})
+            _note_read_sizes(model.name, params, parsed or {})
         e = _entry(_api(model))
         e["resp_bytes"] += size
         if status >= 300:
             e["errors"] += 1
         e["rru"] += rru
-        e["wru"] += sum(kb * mult for _, kb, mult in writes)
+        e["wru"] += sum(kb * mult for _, kb, mult, _ in writes)
         e["items"] += len(writes)
-        for table, kb, _mult in writes:
+        e["unsized"] += sum(1 for *_, known in writes if not known)
+        for table, kb, _mult, _known in writes:
             t = _tables.setdefault(table, {"items": 0.0, "kb_units": 0.0})
             t["items"] += 1
             t["kb_units"] += kb
@@ -235,6 +325,8 @@ def snapshot() -> dict[str, Any]:
 
 
 def reset() -> None:
+    """Zero the counters (the item sizes this process knows are kept: they are facts about
+    storage, not about a measurement)."""
     with _lock:
         _calls.clear()
         _tables.clear()

@@ -199,7 +199,15 @@ class NotificationStream:
     async def frames(self) -> AsyncGenerator[bytes, None]:
         s = self.settings
         loop = asyncio.get_running_loop()
+        start: Head | HeadwaterError | None = None
         if self.start.live_only:
+            # "Live from now" starts at the head read before the client is told the stream is
+            # established: a notification it sends once told is delivered, however long the
+            # read takes
+            try:
+                start = await self.store.head(self.event_type)
+            except HeadwaterError as exc:
+                start = exc  # reported as the stream's first event, as below
             yield connection_established(
                 self.topic, int(s.connection_max_duration_sec), self.request_id
             )
@@ -211,7 +219,7 @@ class NotificationStream:
         deadline = None if self.replay_only else loop.time() + s.connection_max_duration_sec
         beat = None if self.replay_only else s.sse_heartbeat_interval_sec
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_FRAMES)
-        producer = asyncio.create_task(self._produce(queue))
+        producer = asyncio.create_task(self._produce(queue, start))
         stop = asyncio.create_task(self.shutdown.wait())
         next_beat = loop.time() if beat is not None else None
         reason = "end_of_stream"
@@ -253,12 +261,17 @@ class NotificationStream:
                         await task
         yield closing(self.topic, reason, self.request_id)
 
-    async def _produce(self, queue: asyncio.Queue[bytes | None]) -> None:
+    async def _produce(
+        self, queue: asyncio.Queue[bytes | None], start: Head | HeadwaterError | None
+    ) -> None:
         try:
-            head = await self.store.head(self.event_type)
             if self.start.live_only:
+                if isinstance(start, HeadwaterError):
+                    raise start
+                head = start
                 after = head.head_seq if head is not None else 0
             else:
+                head = await self.store.head(self.event_type)
                 after, head = await self._replay(queue, head)
                 await queue.put(replay_completed(self.topic))
                 if self.replay_only:

@@ -56,6 +56,7 @@ PRICES: dict[str, Any] = {
     "region": "us-east-1",
     "dynamodb_wru_per_million": 0.625,
     "dynamodb_rru_per_million": 0.125,
+    "dynamodb_storage_gb_month": 0.25,  # Standard table class
     "s3_put_per_thousand": 0.005,
     "s3_get_per_thousand": 0.0004,
     "lambda_request_per_million": 0.20,

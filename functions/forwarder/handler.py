@@ -101,8 +101,8 @@ def frame_key(record: DynamoDBRecord) -> tuple[str, int, int] | None:
     keys = record.dynamodb.keys or {}
     topic, sep, epoch = str(keys.get("pk", "")).rpartition("#")
     image = record.dynamodb.new_image or {}
-    if not sep or "sk" not in keys or "ls" not in image:
-        return None
+    if not sep or "sk" not in keys or "ls" not in image or "fn" in image:
+        return None  # not a frame, or the fence a topic delete puts after its last frame
     return topic, int(epoch), int(image["ls"])
 
 

@@ -44,7 +44,9 @@ LOSSY_OPS = {
     "commit_seal": ("transact_write_items", "segments.commit_seal"),
     "complete": ("transact_write_items", "leases.complete"),
     "put_ext": ("update_item", "heads.put_ext"),
-    "mark_deleted": ("put_item", "heads.mark_deleted"),
+    "mark_deleted": ("transact_write_items", "heads.mark_deleted"),
+    "append_single": ("put_item", "tail.commit_append"),
+    "checkpoint": ("update_item", "tail.checkpoint"),
     "reserve": ("update_item", "quota.reserve"),
     "release": ("update_item", "quota.release"),
     "publish": ("put_item", "catalogue.publish"),
@@ -229,6 +231,8 @@ def creating_commit(
         bytes=payload,
         last_write_ts=ts,
         config=config or {},
+        appended=n,
+        appended_bytes=payload,
     )
     return AppendCommit(
         topic=topic,
@@ -243,6 +247,8 @@ def creating_commit(
         tag_entries=list(tags),
         tag_pending=False,
         idem=list(idem),
+        appended=n,
+        appended_bytes=payload,
     )
 
 
@@ -258,9 +264,12 @@ def append_commit(
     spill_key: str | None = None,
     max_count: int | None = None,
     max_bytes: int | None = None,
+    single: bool = False,
+    expires_s: int | None = None,
 ) -> AppendCommit:
     first = expected.head_seq + 1
     last = expected.head_seq + len(records)
+    payload = sum(r.size for r in records)
     if blob is None and spill_key is None:
         blob = encode_records(list(records))
     return AppendCommit(
@@ -272,12 +281,16 @@ def append_commit(
         ts=ts,
         blob=blob,
         spill_key=spill_key,
-        payload_bytes=sum(r.size for r in records),
+        payload_bytes=payload,
         tag_entries=list(tags),
         tag_pending=tag_pending,
         idem=list(idem),
         max_count=max_count,
         max_bytes=max_bytes,
+        single=single,
+        expires_s=expires_s,
+        appended=expected.appended + len(records),
+        appended_bytes=expected.appended_bytes + payload,
     )
 
 

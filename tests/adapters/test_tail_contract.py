@@ -135,6 +135,8 @@ def test_append_advances_the_head(backend: Backend) -> None:
         bytes=5 * REC_SIZE,
         last_write_ts=T0 + 7,
         unsealed_bytes=head.unsealed_bytes + 2 * REC_SIZE,
+        appended=5,
+        appended_bytes=5 * REC_SIZE,
     )
     assert seqs_of(backend.tail.read_frames(after, 0, 5, 100)) == [1, 2, 3, 4, 5]
 

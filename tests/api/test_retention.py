@@ -10,7 +10,7 @@ import time
 import pytest
 from api_helpers import MakeClient, append_data, diff, path, put_topic, read_all, seqs_of, state
 from starlette.testclient import TestClient
-from test_tiering import EAGER, segment_keys, services, tail_frames
+from test_tiering import EAGER, frames_not_left_to_ttl, segment_keys, services, tail_frames
 
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
@@ -114,10 +114,12 @@ def test_ttl_is_a_read_time_filter_with_a_tombstone_then_lazy_reclamation(
     assert body["tombstone"]["missed_estimate"] == 3
     assert body["earliest_seq"] == 6 and seqs_of(body) == [6, 7, 8]
     assert diff(c, "ttl", from_seq=5)["tombstone"] is None
-    # Upkeep reclaims the expired frames and records the floor (reason kept).
+    # Upkeep moves the floor past the expired frames (reason kept); a sealed log's frames
+    # are then reclaimed by their DynamoDB TTL, never deleted one by one.
     assert len(tail_frames(aws, settings, "ttl")) == 8
     services(c).upkeep.run("ttl")
-    assert len(tail_frames(aws, settings, "ttl")) == 3
+    assert len(tail_frames(aws, settings, "ttl")) == 8
+    assert frames_not_left_to_ttl(aws, settings, "ttl") == []
     s = state(c, "ttl")
     assert (s["count"], s["earliest_seq"]) == (3, 6)
     assert diff(c, "ttl", from_seq=1)["tombstone"]["reason"] == "ttl"

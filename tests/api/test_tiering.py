@@ -61,6 +61,21 @@ def tail_frames(aws: AwsClients, settings: Settings, topic: str, epoch: int = 1)
     return [int(it["sk"]["N"]) for it in resp["Items"]]
 
 
+def frames_not_left_to_ttl(
+    aws: AwsClients, settings: Settings, topic: str, epoch: int = 1
+) -> list[int]:
+    """Frame items that no DynamoDB TTL will reclaim. A sealed log's frames are never
+    deleted one by one: each carries the tail TTL (HEADWATER_TAIL_TTL_MS), trimming only
+    moves trimmed_through (docs/storage.md "One write per append")."""
+    resp = aws.dynamodb.query(
+        TableName=settings.table_name("log"),
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"{topic}#{epoch}"}},
+        ConsistentRead=True,
+    )
+    return [int(it["sk"]["N"]) for it in resp["Items"] if "ttl" not in it]
+
+
 def every_diff(client: TestClient, topic: str, upto: int, **body: Any) -> list[dict[str, Any]]:
     return [
         {
@@ -85,7 +100,8 @@ def test_sealed_history_reads_exactly_like_the_tail(
     assert report.sealed >= 1 and report.trimmed_through == 56
     head = services(c).engine.heads.get("t")
     assert head is not None and head.sealed_through == 56 and head.trimmed_through == 56
-    assert tail_frames(aws, settings, "t") == []
+    assert len(tail_frames(aws, settings, "t")) == 8  # left to their TTL...
+    assert frames_not_left_to_ttl(aws, settings, "t") == []  # ...every one of them
     keys = segment_keys(aws, settings)
     assert keys
     blob = aws.s3.get_object(Bucket=settings.bucket_name, Key=keys[0])["Body"].read()
@@ -139,7 +155,7 @@ def test_deletes_of_sealed_records_stay_deleted_after_the_tail_is_trimmed(
     # A delete before sealing is carried into the segment's item...
     assert c.post(path("d", "/delete"), json={"match": "g0"}).json()["deleted"] == 14
     services(c).upkeep.run("d")
-    assert tail_frames(aws, settings, "d") == []
+    assert frames_not_left_to_ttl(aws, settings, "d") == []
     # ...and one after sealing is recorded on it.
     assert (
         c.post(path("d", "/delete"), json={"match": ["tag", "Glob", "g1*"]}).json()["deleted"] == 13
@@ -172,10 +188,18 @@ def test_frames_stay_through_the_grace_period_and_stale_heads_reread(
     assert len(tail_frames(aws, settings, "g")) == 3
     res = engine.reader.diff_sync("g", DiffRequest(from_seq=0, limit=100), old)
     assert len(res.records) == 30
-    # After trimming, a reader with that stale head re-reads the head and the segments.
+    # After trimming (the frames are left to their TTL) and once DynamoDB's TTL has
+    # deleted them (done here by hand), a reader with that stale head re-reads the head and
+    # the segments.
     quick = make_client(tiering=EAGER)
     services(quick).upkeep.run("g")
-    assert tail_frames(aws, settings, "g") == []
+    assert engine.heads.get("g").trimmed_through == 30  # type: ignore[union-attr]
+    assert frames_not_left_to_ttl(aws, settings, "g") == []
+    for sk in tail_frames(aws, settings, "g"):
+        aws.dynamodb.delete_item(
+            TableName=settings.table_name("log"),
+            Key={"pk": {"S": "g#1"}, "sk": {"N": str(sk)}},
+        )
     engine.cache.drop_topic(old.log_key)
     res = engine.reader.diff_sync("g", DiffRequest(from_seq=0, limit=100), old)
     assert len(res.records) == 30 and res.head.sealed_through == 30

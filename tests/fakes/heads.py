@@ -10,8 +10,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from headwater.engine.ports import Head
-from tests.fakes.storage import HeadRow, MemoryAccount, Send
+from headwater.engine.ports import Checkpoint, Head
+from tests.fakes.storage import FrameRow, HeadRow, MemoryAccount, Send
 
 
 def stored_head(head: Head) -> Head:
@@ -34,6 +34,34 @@ def read_head(head: Head) -> Head:
     )
 
 
+def merged_head(account: MemoryAccount, head: Head) -> Head:
+    """A stored head as a read returns it: brought up to the newest frame of its log past
+    the stored item (storage/dynamo.py `merged`). Under the account's lock."""
+    out = read_head(head)
+    if head.deleted:
+        return out
+    frames = account.frames.get(head.log_key, {})
+    past = [k for k in frames if k > head.head_seq]
+    if not past:
+        return out
+    newest = frames[max(past)]
+    if newest.last_seq <= head.head_seq:
+        return out
+    dn = newest.appended - head.appended
+    db = newest.appended_bytes - head.appended_bytes
+    return dataclasses.replace(
+        out,
+        head_seq=newest.last_seq,
+        appended=newest.appended,
+        appended_bytes=newest.appended_bytes,
+        count=head.count + dn,
+        bytes=head.bytes + db,
+        unsealed_bytes=max(0, head.unsealed_bytes + db),
+        last_write_ts=max(newest.ts, head.last_write_ts or 0),
+        stored=Checkpoint(head.head_seq, head.appended, head.appended_bytes),
+    )
+
+
 def ext_holds(head: Head, expected: str) -> bool:
     return head.ext == expected
 
@@ -46,12 +74,12 @@ class MemoryHeadStore:
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
         with self.account.lock:
             row = self.account.heads.get(topic)
-            return read_head(row.head) if row is not None else None
+            return merged_head(self.account, row.head) if row is not None else None
 
     def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:
         with self.account.lock:
             return {
-                t: read_head(self.account.heads[t].head)
+                t: merged_head(self.account, self.account.heads[t].head)
                 for t in dict.fromkeys(topics)
                 if t in self.account.heads
             }
@@ -63,7 +91,7 @@ class MemoryHeadStore:
                 for t, row in self.account.heads.items()
                 if not row.head.deleted and t.startswith(prefix) and (after is None or t > after)
             )
-            return [read_head(self.account.heads[t].head) for t in names[:limit]]
+            return [merged_head(self.account, self.account.heads[t].head) for t in names[:limit]]
 
     def count_live(self, internal: bool = True) -> int:
         with self.account.lock:
@@ -140,15 +168,49 @@ class MemoryHeadStore:
             prev_head_seq=head.head_seq,
         )
 
+        ck = head.checkpoint
+        acct = self.account
+        cid = acct.new_cid()
+
         def condition(cur: Head | None) -> bool:
+            """The marker's condition (the item still at the checkpoint read) and the
+            fence's (a free frame key after the last frame), in one transaction."""
             if not _live_epoch(cur, head.epoch):
                 return False
             cur = _some(cur)
-            if if_empty and cur.count != 0:
+            if cur.head_seq != ck.seq:
+                return False
+            if if_empty and cur.count != -(head.appended - ck.appended):
+                return False
+            if head.head_seq + 1 in acct.frames.get(head.log_key, {}):
                 return False
             return if_ext is None or ext_holds(cur, if_ext)
 
-        return self._write("mark_deleted", head.topic, condition, lambda _: stored_head(marker))
+        def attempt(send: Send) -> bool:
+            with acct.lock:
+                row = acct.heads.get(head.topic)
+                fence = acct.frames.get(head.log_key, {}).get(head.head_seq + 1)
+                if not condition(row.head if row is not None else None):
+                    owners = [row.hc if row is not None else None]
+                    owners.append(fence.hc if fence is not None else None)
+                    return cid in owners  # our earlier attempt applied
+                acct.heads[head.topic] = HeadRow(stored_head(marker), cid)
+                acct.frames.setdefault(head.log_key, {})[head.head_seq + 1] = FrameRow(
+                    head.head_seq + 1,
+                    head.head_seq,
+                    head.last_write_ts or 0,
+                    0,
+                    b"",
+                    None,
+                    None,
+                    cid,
+                    appended=head.appended,
+                    appended_bytes=head.appended_bytes,
+                    fence=True,
+                )
+                return True
+
+        return acct.run("heads.mark_deleted", attempt)
 
     # --- unconditional-in-effect updates (no commit id: nothing re-sends them) ----------
     def touch_read(self, head: Head, ts: int) -> None:

@@ -24,7 +24,7 @@ from headwater.engine.ports import (
     TagEntry,
 )
 from headwater.engine.records import Frame, decode_records
-from tests.fakes.heads import read_head, stored_head
+from tests.fakes.heads import merged_head, stored_head
 from tests.fakes.storage import (
     MAX_ITEM_BYTES,
     MAX_TXN_ITEMS,
@@ -45,7 +45,7 @@ def tag_sort_key(tag: str, frame_seq: int) -> str:
 
 class MemoryLogTailStore(FaultHook):
     PREFIX = "tail"
-    WRITES = ("commit_append", "commit_delete", "commit_evict", "set_trimmed")
+    WRITES = ("commit_append", "commit_delete", "commit_evict", "set_trimmed", "checkpoint")
 
     def __init__(self, account: MemoryAccount, blobs: BlobStore) -> None:
         self.account = account
@@ -75,10 +75,14 @@ class MemoryLogTailStore(FaultHook):
             c.spill_key,
             c.expires_s,
             cid,
+            appended=c.appended,
+            appended_bytes=c.appended_bytes,
         )
         if frame.size_bytes(log_key) > MAX_ITEM_BYTES:
             raise invalid("item size has exceeded the maximum allowed size")
         fingerprint = f"{cid}:{c!r}"
+        if c.single:
+            return self._put_frame(c, cid, log_key, frame)
 
         def attempt(send: Send) -> bool:
             with acct.lock:
@@ -90,7 +94,7 @@ class MemoryLogTailStore(FaultHook):
                 current: Head | None = None
                 head_ok = self._head_holds(c, row)
                 if not head_ok and row is not None:
-                    current = read_head(row.head)
+                    current = merged_head(acct, row.head)
                     owners.append(row.hc)
                 old_frame = acct.frames.get(log_key, {}).get(c.first_seq)
                 if old_frame is not None:
@@ -116,6 +120,50 @@ class MemoryLogTailStore(FaultHook):
 
         return acct.run("tail.commit_append", attempt)
 
+    def _put_frame(self, c: AppendCommit, cid: str, log_key: str, frame: FrameRow) -> bool:
+        """The one-write append (storage/dynamo.py _put_frame): a PutItem of the frame iff
+        its key is free; no ClientRequestToken, a failed condition on a frame holding our
+        commit id is our own earlier attempt."""
+        acct = self.account
+
+        def attempt(send: Send) -> bool:
+            with acct.lock:
+                old = acct.frames.get(log_key, {}).get(c.first_seq)
+                if old is not None:
+                    if old.hc == cid:
+                        return True
+                    row = acct.heads.get(c.topic)
+                    current = merged_head(acct, row.head) if row is not None else None
+                    raise AppendRejected(True, {}, current)
+                acct.frames.setdefault(log_key, {})[c.first_seq] = frame
+                return False
+
+        return acct.run("tail.commit_append", attempt)
+
+    def checkpoint(self, head: Head) -> bool:
+        if head.stored is None:
+            return True
+        ck = head.stored
+
+        def moved(cur: Head) -> Head:
+            return dataclasses.replace(
+                cur,
+                head_seq=head.head_seq,
+                appended=head.appended,
+                appended_bytes=head.appended_bytes,
+                last_write_ts=head.last_write_ts,
+                count=cur.count + (head.appended - ck.appended),
+                bytes=cur.bytes + (head.appended_bytes - ck.appended_bytes),
+                unsealed_bytes=cur.unsealed_bytes + (head.appended_bytes - ck.appended_bytes),
+            )
+
+        return self._conditional(
+            "tail.checkpoint",
+            head.topic,
+            lambda cur: cur.epoch == head.epoch and cur.head_seq == ck.seq,
+            moved,
+        )
+
     @staticmethod
     def _head_holds(c: AppendCommit, row: HeadRow | None) -> bool:
         if c.new_head is not None:
@@ -127,13 +175,17 @@ class MemoryLogTailStore(FaultHook):
         if row is None:
             return False
         cur = row.head
+        ck = h.checkpoint
         return (
             cur.epoch == h.epoch
-            and cur.head_seq == h.head_seq
+            and cur.head_seq == ck.seq
             and not cur.deleted
             and (c.ext_expected is None or cur.ext == c.ext_expected)
-            and (c.max_count is None or cur.count <= c.max_count)
-            and (c.max_bytes is None or cur.bytes <= c.max_bytes)
+            and (c.max_count is None or cur.count <= c.max_count - (h.appended - ck.appended))
+            and (
+                c.max_bytes is None
+                or cur.bytes <= c.max_bytes - (h.appended_bytes - ck.appended_bytes)
+            )
         )
 
     def _apply_append(
@@ -148,15 +200,20 @@ class MemoryLogTailStore(FaultHook):
             pending = dict(cur.tag_pending)
             if c.tag_pending:
                 pending[c.first_seq] = c.last_seq
+            # from the checkpoint (the stored item) to this commit: what was appended since
+            n = c.appended - cur.appended
+            b = c.appended_bytes - cur.appended_bytes
             row.head = dataclasses.replace(
                 cur,
                 head_seq=c.last_seq,
-                count=cur.count + (c.last_seq - c.first_seq + 1),
-                bytes=cur.bytes + c.payload_bytes,
+                count=cur.count + n,
+                bytes=cur.bytes + b,
                 last_write_ts=c.ts,
-                unsealed_bytes=cur.unsealed_bytes + c.payload_bytes,
+                unsealed_bytes=cur.unsealed_bytes + b,
                 tag_pending=pending,
                 ext=c.ext_new if c.ext_expected is not None and c.ext_new else cur.ext,
+                appended=c.appended,
+                appended_bytes=c.appended_bytes,
             )
             row.hc = cid
         acct.frames.setdefault(log_key, {})[c.first_seq] = frame
@@ -191,6 +248,7 @@ class MemoryLogTailStore(FaultHook):
             return [
                 dataclasses.replace(frames[k], deleted=set(frames[k].deleted))
                 for k in sorted(frames)
+                if not frames[k].fence  # a deleted incarnation's fence holds no records
             ]
 
     def read_frames(
@@ -220,7 +278,7 @@ class MemoryLogTailStore(FaultHook):
             rows = [
                 dataclasses.replace(frames[s], deleted=set(frames[s].deleted))
                 for s in sorted(set(frame_seqs))
-                if s in frames
+                if s in frames and not frames[s].fence
             ]
         return {r.first_seq: self._frame(r) for r in rows}
 
@@ -263,7 +321,14 @@ class MemoryLogTailStore(FaultHook):
             chosen.append(r)
         return [
             FrameSummary(
-                r.first_seq, r.last_seq, r.ts, r.size, r.deleted_count, r.deleted_bytes, r.spill_key
+                r.first_seq,
+                r.last_seq,
+                r.ts,
+                r.size,
+                r.deleted_count,
+                r.deleted_bytes,
+                r.spill_key,
+                r.expires_s,
             )
             for r in chosen
         ]

@@ -62,6 +62,9 @@ class _Uses:
     tables: set[str] = field(default_factory=set)
     txn_kinds: set[str] = field(default_factory=set)
     index: bool = False
+    # the tables whose indexes are named (`IndexName=HEADS.indexes[0].name`): only those
+    # need the index ARN; an index named any other way counts for every table
+    index_tables: set[str] = field(default_factory=set)
     calls: set[str] = field(default_factory=set)
 
 
@@ -81,6 +84,31 @@ def _names_index(node: ast.AST) -> bool:
         or (isinstance(n, ast.keyword) and n.arg == "IndexName")
         for n in ast.walk(node)
     )
+
+
+def _index_tables(node: ast.AST) -> set[str] | None:
+    """The tables (CloudFormation ids) whose index an IndexName names, None when one is
+    named in a way that does not say whose."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        value: ast.AST | None = None
+        if isinstance(n, ast.keyword) and n.arg == "IndexName":
+            value = n.value
+        elif isinstance(n, ast.Dict):
+            for k, v in zip(n.keys, n.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value == "IndexName":
+                    value = v
+        if value is None:
+            continue
+        named = {
+            TABLE_CONSTANTS[x.id].cfn_logical_id
+            for x in ast.walk(value)
+            if isinstance(x, ast.Name) and x.id in TABLE_CONSTANTS
+        }
+        if not named:
+            return None
+        out |= named
+    return out
 
 
 def _is_client(node: ast.AST) -> bool:
@@ -138,6 +166,11 @@ def _method_uses(
     fn: ast.FunctionDef, tables: dict[str, schema.Table], helpers: dict[str, ast.FunctionDef]
 ) -> _Uses:
     uses = _Uses(txn_kinds=_txn_kinds(fn), index=_names_index(fn))
+    if uses.index:
+        whose = _index_tables(fn)
+        uses.index_tables = (
+            whose if whose is not None else {t.cfn_logical_id for t in TABLES.values()}
+        )
     for n in ast.walk(fn):
         if isinstance(n, ast.Attribute) and _is_client(n.value) and n.attr in OPERATIONS:
             uses.ops.add(n.attr)
@@ -186,6 +219,7 @@ def adapter_needs() -> dict[str, list[Need]]:
                     total.tables |= u.tables
                     total.txn_kinds |= u.txn_kinds
                     total.index |= u.index
+                    total.index_tables |= u.index_tables
                     for callee in u.calls - seen:
                         if callee in uses:
                             seen.add(callee)
@@ -202,7 +236,7 @@ def adapter_needs() -> dict[str, list[Need]]:
                 for action in sorted(actions):
                     for table in sorted(total.tables):
                         needs.append(Need(f"dynamodb:{action}", table, False, where))
-                        if total.index and action in ("Query", "Scan"):
+                        if table in total.index_tables and action in ("Query", "Scan"):
                             needs.append(Need(f"dynamodb:{action}", table, True, where))
             out[cls.name] = needs
     return out

@@ -7,13 +7,14 @@ the history holds the write exactly once, or not at all, as reported."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
 from headwater.errors import OutcomeUnknown, Throttled
 from headwater.settings import Caps, Settings, Tiering
 from tests.fakes import Fault
-from tests.fakes.processes import ManualClock, datas, processes, rec, req
+from tests.fakes.processes import SETTINGS, ManualClock, datas, processes, rec, req
 
 pytestmark = pytest.mark.unit
 
@@ -89,13 +90,16 @@ def test_a_lost_answer_the_adapter_re_sends_is_one_success(fresh_token: bool) ->
 
 
 def test_a_re_sent_commit_whose_frame_left_the_tail_is_reported_unknown() -> None:
+    """A topic of a lossy class (its frames are deleted as they are evicted, not left to a
+    TTL): a frame that left the tail takes the evidence of a lost answer with it."""
+
     async def scenario() -> None:
         clock = ManualClock()
         async with processes(2, clock) as (a, b):
             # GIVEN a topic keeping records 1000 ms, and a commit of process A that applies
             # but whose answer is lost; before the adapter's re-send (with a fresh token),
             # time passes and process B's upkeep evicts everything past the TTL, A's frame too
-            await a.engine.put_topic(TOPIC, {"ttl_ms": 1000})
+            await a.engine.put_topic(TOPIC, {"ttl_ms": 1000, "durability": "memory"})
             await a.engine.append(TOPIC, req(rec(x=0)))
 
             def meanwhile() -> None:
@@ -115,6 +119,37 @@ def test_a_re_sent_commit_whose_frame_left_the_tail_is_reported_unknown() -> Non
             assert head is not None
             assert (head.head_seq, head.count, head.evict_floor) == (2, 0, 3)
             assert await a.history(TOPIC) == []
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("single", [True, False], ids=["single-writes", "transactions"])
+def test_a_re_sent_commit_on_a_sealed_log_finds_its_frame_after_eviction(single: bool) -> None:
+    """Sealed logs: evicted frames are left to their TTL (nothing deletes a key a writer may
+    still put at), so the re-send finds its own frame: applied once, and reported so."""
+    settings = dataclasses.replace(SETTINGS, single_write_appends=single)
+
+    async def scenario() -> None:
+        clock = ManualClock()
+        async with processes(2, clock, settings=settings) as (a, b):
+            await a.engine.put_topic(TOPIC, {"ttl_ms": 1000})
+            await a.engine.append(TOPIC, req(rec(x=0)))
+
+            def meanwhile() -> None:
+                clock.advance(2000)
+                b.upkeep.run(TOPIC)
+
+            a.stores.tail.fail_next(
+                "commit_append", Fault.RESEND_AFTER_APPLY, fresh_token=True, between=meanwhile
+            )
+            got = await a.engine.append(TOPIC, req(rec(x=1)))
+            assert (got.first_seq, got.last_seq, got.deduped) == (2, 2, False)
+            head = await a.engine.head_of(TOPIC)
+            assert head is not None
+            assert (head.head_seq, head.count, head.evict_floor) == (2, 0, 3)
+            assert await a.history(TOPIC) == []
+            nxt = await a.engine.append(TOPIC, req(rec(x=2)))
+            assert nxt.first_seq == 3
 
     asyncio.run(scenario())
 
@@ -144,9 +179,17 @@ def test_a_re_sent_keyed_commit_is_recognised_by_its_key_after_its_frame_left() 
     asyncio.run(scenario())
 
 
-def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_reported_unknown() -> None:
+@pytest.mark.parametrize("durability", ["memory", "disk"])
+def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_reported_unknown(
+    durability: str,
+) -> None:
+    """A lossy class deletes the collected frame, and the evidence with it: unknown. A
+    sealed log leaves it to its TTL: the re-send finds it, one success."""
+    single = durability == "disk"
+
     async def scenario() -> None:
         async with processes(3, ManualClock()) as (a, b, c):
+            await a.engine.put_topic(TOPIC, {"durability": durability})
             # GIVEN a commit of process A that applies but whose answer is lost; before the
             # adapter's re-send (with a fresh token), process B deletes every record (seq 2,
             # A's, included) and process C's upkeep drops the frames below the new floor
@@ -160,8 +203,13 @@ def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_reported_unkn
                 "commit_append", Fault.RESEND_AFTER_APPLY, fresh_token=True, between=meanwhile
             )
             # WHEN A appends (no key) THEN it cannot tell whether it applied, and says so
-            with pytest.raises(OutcomeUnknown):
-                await a.engine.append(TOPIC, req(rec(x=1)))
+            # (or, its frame still standing, knows it did)
+            if single:
+                got = await a.engine.append(TOPIC, req(rec(x=1)))
+                assert (got.first_seq, got.deduped) == (2, False)
+            else:
+                with pytest.raises(OutcomeUnknown):
+                    await a.engine.append(TOPIC, req(rec(x=1)))
             # AND it wrote its record once: seq 2 (since deleted), not again at seq 3
             head = await a.engine.head_of(TOPIC)
             assert head is not None and head.head_seq == 2

@@ -31,6 +31,9 @@ ENV_BUCKET = "HEADWATER_BUCKET"
 ENV_REGION = "AWS_REGION"
 ENV_POLL_MS = "HEADWATER_POLL_INTERVAL_MS"
 ENV_GROUP_MAX_RECORDS = "HEADWATER_GROUP_COMMIT_MAX_RECORDS"
+# 0: every append is a transaction of head + frame (the design before one-write appends;
+# kept for comparison in bench/ and as an escape hatch)
+ENV_SINGLE_WRITE = "HEADWATER_SINGLE_WRITE_APPENDS"
 ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
 ENV_MAX_WATCH_TOPICS = "TOPICS_MAX_WATCH_TOPICS"
@@ -52,6 +55,7 @@ ENV_SEAL_RECORDS = "HEADWATER_SEAL_RECORDS"
 ENV_SEAL_BYTES = "HEADWATER_SEAL_BYTES"
 ENV_SEAL_AGE_MS = "HEADWATER_SEAL_AGE_MS"
 ENV_SEAL_GRACE_MS = "HEADWATER_SEAL_GRACE_MS"
+ENV_TAIL_TTL_MS = "HEADWATER_TAIL_TTL_MS"
 ENV_SEGMENT_BLOCK_BYTES = "HEADWATER_SEGMENT_BLOCK_BYTES"
 ENV_TIERING_INTERVAL_MS = "HEADWATER_TIERING_INTERVAL_MS"
 ENV_TIERING_INLINE = "HEADWATER_TIERING_INLINE"
@@ -197,6 +201,10 @@ class Tiering:
     inline: bool = True  # an append past a threshold or a cap starts upkeep in-process
     ephemeral_retention_ms: int = 300_000
     memory_retention_ms: int = 86_400_000
+    # Frames of single-write appends carry a DynamoDB TTL this far past their append: it
+    # deletes them for free once sealed (trimming only moves trimmed_through). Sealing must
+    # happen well within it; the sealer's failure alarm fires long before.
+    tail_ttl_ms: int = 7 * 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +382,7 @@ class Settings:
     region: str = "us-east-1"
     poll_interval_ms: int = 200
     group_commit_max_records: int = 10_000
+    single_write_appends: bool = True
     frame_cache_bytes: int = 128 << 20
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     max_watch_topics: int = 256
@@ -447,6 +456,7 @@ class Settings:
             region=e.get(ENV_REGION, e.get("AWS_DEFAULT_REGION", "us-east-1")) or "us-east-1",
             poll_interval_ms=_int(e, ENV_POLL_MS, 200, 10),
             group_commit_max_records=_int(e, ENV_GROUP_MAX_RECORDS, 10_000, 1),
+            single_write_appends=_bool(e, ENV_SINGLE_WRITE, True),
             frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 128 << 20, 0),
             spill_threshold_bytes=_spill(e),
             max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),
@@ -470,6 +480,7 @@ class Settings:
                 inline=_bool(e, ENV_TIERING_INLINE, True),
                 ephemeral_retention_ms=_int(e, ENV_EPHEMERAL_RETENTION_MS, 300_000, 1),
                 memory_retention_ms=_int(e, ENV_MEMORY_RETENTION_MS, 86_400_000, 1),
+                tail_ttl_ms=_int(e, ENV_TAIL_TTL_MS, 7 * 86_400_000, 3_600_000),
             ),
         )
 

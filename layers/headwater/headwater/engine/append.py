@@ -36,7 +36,7 @@ from headwater.engine.records import (
     encode_records,
     stored,
 )
-from headwater.engine.retention import class_window_ms
+from headwater.engine.retention import class_window_ms, is_tiered
 from headwater.engine.topics import Topics
 from headwater.engine.upkeep import UpkeepTrigger
 from headwater.engine.values import AppendRequest, AppendResult, Settle
@@ -357,6 +357,8 @@ class Appender:
         if len(idem) + 2 > MAX_TXN_ITEMS:
             raise InvalidRequest("too many idempotent writes in one group")
 
+        appended = base.appended + (last - first + 1)
+        appended_bytes = base.appended_bytes + payload
         new_head: Head | None = None
         if creating:
             new_head = dataclasses.replace(
@@ -369,7 +371,29 @@ class Appender:
                 tag_pending={} if inline_tags or not entries else {first: last},
                 unsealed_bytes=payload,
                 ext=guard.ext if guard is not None else base.ext,
+                appended=appended,
+                appended_bytes=appended_bytes,
+                stored=None,
             )
+        expires_s = self._frame_expiry_s(cfg, now)
+        # One write (the frame alone) when nothing but a free frame key is conditional:
+        # docs/storage.md "One write per append" says which appends keep the transaction.
+        # Only on sealed logs: their frames carry the tail TTL, which reclaims them once
+        # sealed instead of a delete per frame.
+        single = (
+            self.core.settings.single_write_appends
+            and not creating
+            and guard is None
+            and not idem
+            and not entries
+            and not reject
+            and not base.ext
+            and is_tiered(base)
+        )
+        if expires_s is None and is_tiered(base):
+            # every frame of a sealed log is reclaimed by its TTL, never deleted: a frame key,
+            # once written, stays taken far longer than any writer's view of the tail lasts
+            expires_s = (now + self.core.settings.tiering.tail_ttl_ms) // 1000
         max_count = max_bytes = None
         if reject and not creating:
             added_n = last - first + 1
@@ -390,9 +414,12 @@ class Appender:
             idem=idem,
             max_count=max_count,
             max_bytes=max_bytes,
-            expires_s=self._frame_expiry_s(cfg, now),
+            expires_s=expires_s,
             ext_expected=base.ext if guard is not None and not creating else None,
             ext_new=guard.ext if guard is not None and not creating else None,
+            single=single,
+            appended=appended,
+            appended_bytes=appended_bytes,
         )
         try:
             repeated = self.core.tail.commit_append(commit)
@@ -430,6 +457,10 @@ class Appender:
             last_write_ts=now,
             unsealed_bytes=base.unsealed_bytes + payload,
             ext=guard.ext if guard is not None else base.ext,
+            appended=appended,
+            appended_bytes=appended_bytes,
+            # a single write leaves the stored item where it was; a transaction moved it here
+            stored=base.checkpoint if single else None,
         )
         if repeated:
             # A lost response, retried: our commit applied, but others may have appended

@@ -31,6 +31,40 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+HEAD_CACHE_MAX_AGE_S = 10.0
+
+
+class HeadCache:
+    """The head this process last committed or saw per topic, for this long at most: an
+    append starts from it without a read. A single write (docs/storage.md "One write per
+    append") is conditional on its frame key alone, so it must start from a tail that is
+    recent compared with how long a written frame key stays taken: the frames of sealed
+    logs are reclaimed by their TTL (HEADWATER_TAIL_TTL_MS, at least an hour), never
+    deleted sooner. Ages count on both clocks (a frozen Lambda environment may stop the
+    monotonic one)."""
+
+    def __init__(self, max_age_s: float) -> None:
+        self.max_age_s = max_age_s
+        self._heads: dict[str, tuple[Head, float, float]] = {}
+
+    def get(self, topic: str) -> Head | None:
+        got = self._heads.get(topic)
+        if got is None:
+            return None
+        head, mono, wall = got
+        if max(time.monotonic() - mono, time.time() - wall) > self.max_age_s:
+            del self._heads[topic]
+            return None
+        return head
+
+    def __setitem__(self, topic: str, head: Head) -> None:
+        self._heads[topic] = (head, time.monotonic(), time.time())
+
+    def pop(self, topic: str, default: None = None) -> Head | None:
+        got = self._heads.pop(topic, None)
+        return got[0] if got is not None else default
+
+
 class LogCore:
     def __init__(
         self,
@@ -58,7 +92,7 @@ class LogCore:
         )
         # The head this process last committed or saw per topic: an append's starting point
         # (its conditional write proves it current) and the upkeep trigger's input.
-        self.head_cache: dict[str, Head] = {}
+        self.head_cache = HeadCache(HEAD_CACHE_MAX_AGE_S)
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="headwater-io")
         # Background writes (watch cursor saves, upkeep, purges) run apart, so they never
         # queue reads.

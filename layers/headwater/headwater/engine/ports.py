@@ -15,6 +15,16 @@ from headwater.engine.records import Frame
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What the stored head item says when frames appended by single writes stand beyond it
+    (docs/storage.md "One write per append"): its head seq and cumulative counters."""
+
+    seq: int
+    appended: int
+    appended_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Head:
     """Per-topic metadata. A deleted topic keeps a marker (deleted=True) holding its epoch, so
     a recreate gets epoch + 1 and stale cursors can be fenced."""
@@ -46,6 +56,13 @@ class Head:
     # content type, expiry, closure, Stream-Seq and producer epochs). Changed only together
     # with an append (AppendCommit.ext_*) or alone, conditionally (HeadStore.put_ext).
     ext: str = ""
+    # Records and payload bytes appended in this epoch through head_seq (never decreased by
+    # deletes or eviction): frames carry them too, so a head can be brought up to date from
+    # its newest frame.
+    appended: int = 0
+    appended_bytes: int = 0
+    # The stored head item, when the newest frame is past it (None: it is this head).
+    stored: Checkpoint | None = None
     # `config` decoded once (engine.config.TopicConfig): what the engine reads
     cfg: TopicConfig = field(init=False, repr=False, compare=False)
 
@@ -55,6 +72,13 @@ class Head:
     @property
     def log_key(self) -> str:
         return f"{self.topic}#{self.epoch}"
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The stored head item's seq and counters (conditional head writes compare them)."""
+        if self.stored is not None:
+            return self.stored
+        return Checkpoint(self.head_seq, self.appended, self.appended_bytes)
 
     @property
     def first_live_seq(self) -> int:
@@ -109,6 +133,12 @@ class AppendCommit:
     # The commit id (and ClientRequestToken): the same for every attempt of this commit, so
     # a retry recognises its own earlier success (storage/ddb.py). None: the adapter picks.
     cid: str | None = None
+    # One conditional write of the frame alone (no head write): an append with no condition
+    # beyond a free frame key (docs/storage.md "One write per append"). The frame carries
+    # the cumulative counters below either way.
+    single: bool = False
+    appended: int = 0  # records appended in the epoch through last_seq
+    appended_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +179,7 @@ class FrameSummary:
     deleted_count: int
     deleted_bytes: int
     spill_key: str | None
+    expires_s: int | None = None  # its DynamoDB TTL, if it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +283,10 @@ class LogTailStore(Protocol):
     def delete_frames(self, head: Head, frame_seqs: Sequence[int]) -> None: ...
     def commit_evict(self, commit: EvictCommit) -> bool: ...
     def set_trimmed(self, head: Head, trimmed_through: int) -> bool: ...
+    # Store `head` (read with frames past its stored item) as the head item: iff the item is
+    # still the checkpoint `head.stored` describes. Before frames past the stored item may
+    # be deleted, the item must be brought past them.
+    def checkpoint(self, head: Head) -> bool: ...
 
 
 class SegmentStore(Protocol):

@@ -248,12 +248,32 @@ class Upkeep:
         report.dropped += len(segs) + len(frames)
 
     def _delete_frames(self, head: Head, frames: list[FrameSummary]) -> None:
-        """Tail frame items, then the S3 objects of those that were spilled."""
-        if frames:
-            self.log.tail.delete_frames(head, [f.first_seq for f in frames])
-            spilled = [f.spill_key for f in frames if f.spill_key]
-            if spilled:
-                self.log.blobs.delete_many(spilled)
+        """Tail frame items, then the S3 objects of those that were spilled. Frames written
+        by single writes carry a TTL and are left to it (docs/storage.md "One write per
+        append"): deleting one would free a key a writer that has not yet seen the tail move
+        could still put a frame at; their S3 objects go now. A frame past the stored head
+        item is deleted only once the item has been brought past it."""
+        if not frames:
+            return
+        doomed = [f for f in frames if not (f.expires_s is not None and is_tiered(head))]
+        if doomed:
+            self._store_past(head, max(f.last_seq for f in doomed))
+            self.log.tail.delete_frames(head, [f.first_seq for f in doomed])
+        spilled = [f.spill_key for f in frames if f.spill_key]
+        if spilled:
+            self.log.blobs.delete_many(spilled)
+
+    def _store_past(self, head: Head, seq: int) -> None:
+        """Make sure the stored head item is at or past `seq` (StaleHead if it cannot)."""
+        if head.checkpoint.seq >= seq:
+            return
+        for _ in range(8):
+            fresh = self.log.heads.get(head.topic)
+            if fresh is None or fresh.deleted or fresh.epoch != head.epoch:
+                raise StaleHead
+            if fresh.checkpoint.seq >= seq or self.log.tail.checkpoint(fresh):
+                return
+        raise StaleHead
 
     def _collect(self, head: Head, report: UpkeepReport) -> None:
         """Drop units that hold nothing live: wholly below earliest_seq (after a prefix
@@ -341,8 +361,12 @@ class Upkeep:
         if not self.segments.commit_seal(SealCommit(head, item, nbytes)):
             self.log.blobs.delete_many([key])
             return None
+        # the seal stored the head it read (SegmentStore.commit_seal): its item is current
         return dataclasses.replace(
-            head, sealed_through=last, unsealed_bytes=max(0, head.unsealed_bytes - nbytes)
+            head,
+            sealed_through=last,
+            unsealed_bytes=max(0, head.unsealed_bytes - nbytes),
+            stored=None,
         )
 
     def _trim(self, head: Head, now: int, report: UpkeepReport) -> None:

@@ -3,6 +3,7 @@ speaks the DynamoDB wire format or sees ClientError; AWS errors become engine er
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from headwater.engine.ports import (
     AppendCommit,
     AppendRejected,
     BlobStore,
+    Checkpoint,
     DeleteCommit,
     EvictCommit,
     FrameDelete,
@@ -33,6 +35,7 @@ from headwater.storage.ddb import (
     error_code,
     new_cid,
     transact,
+    write_once,
 )
 from headwater.storage.ddb import call as _call
 from headwater.storage.ddb import int_of as _i
@@ -70,6 +73,33 @@ def head_from_item(item: dict[str, Any]) -> Head:
         evictions=decode_evictions(item.get("ev", {}).get("S", "")),
         prev_head_seq=_i(item, "ph"),
         ext=item["x"]["S"] if "x" in item else "",
+        appended=_i(item, "ac"),
+        appended_bytes=_i(item, "ab"),
+    )
+
+
+FENCE_ATTR = "fn"  # a fence frame: no records, closes an epoch to single writes
+SINGLE_ATTR = "sw"  # a frame written alone (no head write with it)
+
+
+def merged(head: Head, newest: dict[str, Any] | None) -> Head:
+    """`head` (as its item stores it) brought up to `newest`, the newest frame of its log
+    when it lies past the item: seq, append time and counters from the frame's cumulative
+    ones (docs/storage.md "One write per append")."""
+    if head.deleted or newest is None or _i(newest, "ls") <= head.head_seq:
+        return head
+    dn = _i(newest, "ac") - head.appended
+    db = _i(newest, "ab") - head.appended_bytes
+    return dataclasses.replace(
+        head,
+        head_seq=_i(newest, "ls"),
+        appended=_i(newest, "ac"),
+        appended_bytes=_i(newest, "ab"),
+        count=head.count + dn,
+        bytes=head.bytes + db,
+        unsealed_bytes=head.unsealed_bytes + db,
+        last_write_ts=max(_i(newest, "ts"), head.last_write_ts or 0),
+        stored=Checkpoint(head.head_seq, head.appended, head.appended_bytes),
     )
 
 
@@ -110,6 +140,8 @@ def head_to_item(h: Head) -> dict[str, Any]:
         "tt": _n(h.trimmed_through),
         "ub": _n(h.unsealed_bytes),
         "ph": _n(h.prev_head_seq),
+        "ac": _n(h.appended),
+        "ab": _n(h.appended_bytes),
     }
     if h.evictions:
         item["ev"] = _s(encode_evictions(h.evictions))
@@ -127,9 +159,14 @@ def head_to_item(h: Head) -> dict[str, Any]:
 
 
 class DynamoHeadStore:
+    """Heads as readers see them: the head item, brought up to the newest frame of its log
+    when single writes have appended past it (one extra Query per head read)."""
+
     def __init__(self, client: Any, settings: Settings) -> None:
         self._ddb = client
         self._table = settings.table_name(HEADS.logical)
+        self._log_table = settings.table_name(LOG.logical)
+        self._merge_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-head")
 
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
         resp = _call(
@@ -139,7 +176,11 @@ class DynamoHeadStore:
             ConsistentRead=consistent,
         )
         item = resp.get("Item")
-        return head_from_item(item) if item else None
+        return self.merge(head_from_item(item), consistent=consistent) if item else None
+
+    def merge(self, head: Head, *, consistent: bool = True) -> Head:
+        """`head` as stored, brought up to the newest frame past it (if any)."""
+        return read_merged(self._ddb, self._table, self._log_table, head, consistent)
 
     def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:
         return self._batch_get(list(dict.fromkeys(topics)), consistent=consistent)
@@ -184,6 +225,11 @@ class DynamoHeadStore:
         )
 
     def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
+        """Replace the head with its deleted marker and close the epoch's log with a fence
+        frame at head_seq + 1, in one transaction: a single write from a process that has
+        not seen the delete meets the fence (or a frame before it) instead of landing in a
+        log nobody reads. `head`: as read (merged); the marker is conditional on the stored
+        item still being its checkpoint."""
         marker = Head(
             topic=head.topic,
             epoch=head.epoch,
@@ -191,22 +237,49 @@ class DynamoHeadStore:
             config=head.config,
             prev_head_seq=head.head_seq,
         )
-        cond = "ep = :ep AND attribute_not_exists(dl)"
-        values: dict[str, Any] = {":ep": _n(head.epoch)}
+        ck = head.checkpoint
+        cond = "ep = :ep AND attribute_not_exists(dl) AND hs = :ck"
+        values: dict[str, Any] = {":ep": _n(head.epoch), ":ck": _n(ck.seq)}
         if if_empty:
-            cond += " AND cnt = :zero"
-            values[":zero"] = _n(0)
+            # empty: the stored count plus what was appended past it is 0
+            cond += " AND cnt = :c0"
+            values[":c0"] = _n(-(head.appended - ck.appended))
         if if_ext is not None:
             ext_cond, ext_values = _ext_condition(if_ext)
             cond += f" AND {ext_cond}"
             values.update(ext_values)
-        return conditional(
-            self._ddb.put_item,
-            TableName=self._table,
-            Item=head_to_item(marker),
-            ConditionExpression=cond,
-            ExpressionAttributeValues=values,
-        )
+        cid = new_cid()
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": {**head_to_item(marker), CID_ATTR: _s(cid)},
+                    "ConditionExpression": cond,
+                    "ExpressionAttributeValues": values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self._log_table,
+                    "Item": {
+                        "pk": _s(head.log_key),
+                        "sk": _n(head.head_seq + 1),
+                        "ls": _n(head.head_seq),
+                        "ts": _n(head.last_write_ts or 0),
+                        "sz": _n(0),
+                        "ac": _n(head.appended),
+                        "ab": _n(head.appended_bytes),
+                        FENCE_ATTR: _n(1),
+                        CID_ATTR: _s(cid),
+                    },
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
+        ]
+        outcome = transact(self._ddb, items, cid)
+        return outcome.committed or any_mine(outcome.reasons, cid)
 
     def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]:
         if after is not None and prefix and not after.startswith(prefix):
@@ -259,6 +332,12 @@ class DynamoHeadStore:
                     head = head_from_item(item)
                     out[head.topic] = head
                 request = resp.get("UnprocessedKeys") or {}
+        live = [h for h in out.values() if not h.deleted]
+        if len(live) == 1:
+            out[live[0].topic] = self.merge(live[0], consistent=consistent)
+        elif live:
+            for h in self._merge_pool.map(lambda h: self.merge(h, consistent=consistent), live):
+                out[h.topic] = h
         return out
 
     def count_live(self, internal: bool = True) -> int:
@@ -336,6 +415,48 @@ def _tag_sk(tag: str, frame_seq: int) -> str:
     return f"{tag}\x00{frame_seq:020d}"
 
 
+def newest_frame(
+    client: Any, log_table: str, head: Head, consistent: bool
+) -> dict[str, Any] | None:
+    """The newest frame of `head`'s log past its stored head_seq (projected), or None."""
+    resp = _call(
+        client.query,
+        TableName=log_table,
+        KeyConditionExpression="pk = :pk AND sk > :hs",
+        ExpressionAttributeValues={":pk": _s(head.log_key), ":hs": _n(head.head_seq)},
+        ProjectionExpression="sk, ls, ts, ac, ab, sw",
+        ScanIndexForward=False,
+        ConsistentRead=consistent,
+        Limit=1,
+    )
+    items = resp.get("Items", [])
+    return dict(items[0]) if items else None
+
+
+def read_merged(
+    client: Any, heads_table: str, log_table: str, head: Head, consistent: bool
+) -> Head:
+    """`head` (its item as just read) brought up to the newest frame of its log. The item
+    and the frame are two reads. A frame past the item that a transaction wrote (with the
+    item: no `sw` mark) committed after the item was read, and is not combined with it (the
+    item's other fields, the ext above all, belong with that frame): the item is read again,
+    and holds that frame and everything before it, which is all a read that began before
+    the transaction must see. A head with an ext (Durable Streams, flag namespaces) is never
+    appended to by single writes (they need no condition on it): its item is its head."""
+    if head.deleted or head.ext:
+        return head
+    newest = newest_frame(client, log_table, head, consistent)
+    if newest is None or _i(newest, "ls") <= head.head_seq or SINGLE_ATTR in newest:
+        return merged(head, newest)
+    item = _call(
+        client.get_item, TableName=heads_table, Key={"pk": _s(head.topic)}, ConsistentRead=True
+    ).get("Item")
+    if item is None:
+        return head
+    again = head_from_item(item)
+    return again if again.head_seq >= _i(newest, "ls") or again.deleted else head
+
+
 class DynamoLogTailStore:
     def __init__(self, client: Any, settings: Settings, blobs: BlobStore) -> None:
         self._ddb = client
@@ -348,11 +469,11 @@ class DynamoLogTailStore:
 
     # --- append -------------------------------------------------------------------------
     def commit_append(self, c: AppendCommit) -> bool:
-        """Write the group commit in one transaction. Returns True when storage showed that
+        """Write the group commit: its frame alone (`c.single`), or in one transaction with
+        the head (and tag entries, idempotency keys). Returns True when storage showed that
         an earlier attempt of this same commit applied (its response was lost and the retry
         found the commit id): committed, but the head may have moved on since."""
         cid = c.cid or new_cid()
-        items: list[dict[str, Any]] = [self._head_op(c, cid)]
         frame: dict[str, Any] = {
             "pk": _s(f"{c.topic}#{(c.new_head or c.expected).epoch}"),  # type: ignore[union-attr]
             # Keyed by its first seq: two writers that start from the same tail meet on one
@@ -363,6 +484,8 @@ class DynamoLogTailStore:
             "sz": _n(c.payload_bytes),
             "dn": _n(0),
             "dz": _n(0),
+            "ac": _n(c.appended),
+            "ab": _n(c.appended_bytes),
             CID_ATTR: _s(cid),
         }
         if c.expires_s is not None:
@@ -372,6 +495,10 @@ class DynamoLogTailStore:
         else:
             assert c.blob is not None
             frame["rb"] = {"B": c.blob}
+        if c.single:
+            frame[SINGLE_ATTR] = _n(1)
+            return self._put_frame(c, frame, cid)
+        items: list[dict[str, Any]] = [self._head_op(c, cid)]
         items.append(
             {
                 "Put": {
@@ -428,13 +555,15 @@ class DynamoLogTailStore:
             return True  # an earlier attempt of this commit applied
         head_conflict = False
         current: Head | None = None
+        stored_seq = -1  # the head item's seq when the condition failed, if returned
         hits: dict[str, IdemHit | None] = {}
         for idx, reason in enumerate(reasons):
             rcode = reason.get("Code", "None")
             if rcode in ("None", None, ""):
                 continue
             if idx == 0 and rcode == "ConditionalCheckFailed" and reason.get("Item"):
-                current = head_from_item(reason["Item"])
+                stored_seq = head_from_item(reason["Item"]).head_seq
+                current = self._current_head(c.topic, reason["Item"])
             if idx >= idem_start and rcode == "ConditionalCheckFailed":
                 old = reason.get("Item")
                 key = c.idem[idx - idem_start].key
@@ -452,7 +581,69 @@ class DynamoLogTailStore:
             head_conflict,
             hits,
             current,
-            unconfirmed=outcome.retried and frame_code in ("None", None, ""),
+            # judged on the item as the failed condition saw it (the merged `current` is read
+            # after, and other writers may have taken our key meanwhile): re-sent, our key
+            # free, and the stored head already past it
+            unconfirmed=outcome.retried
+            and frame_code in ("None", None, "")
+            and stored_seq >= c.first_seq,
+        )
+
+    def _put_frame(self, c: AppendCommit, frame: dict[str, Any], cid: str) -> bool:
+        """The one-write append: the frame, iff its key is free. A failed condition on a
+        frame holding our commit id is our own earlier attempt (a lost answer, re-sent)."""
+        got = write_once(
+            self._ddb.put_item,
+            cid,
+            TableName=self._log_table,
+            Item=frame,
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+        if got is None:
+            # Another writer's frame holds the key: re-read the head (merged) to retry from.
+            assert c.expected is not None
+            raise AppendRejected(True, {}, self._current_head(c.topic))
+        return bool(got.get("Repeated"))
+
+    def _current_head(self, topic: str, item: dict[str, Any] | None = None) -> Head | None:
+        """The head as a reader sees it (merged with its newest frame), from the item a
+        failed condition returned or a strong read."""
+        if item is None:
+            item = _call(
+                self._ddb.get_item,
+                TableName=self._heads_table,
+                Key={"pk": _s(topic)},
+                ConsistentRead=True,
+            ).get("Item")
+            if item is None:
+                return None
+        return read_merged(
+            self._ddb, self._heads_table, self._log_table, head_from_item(item), True
+        )
+
+    def checkpoint(self, head: Head) -> bool:
+        if head.stored is None:
+            return True  # the item is this head already
+        ck = head.stored
+        dn = head.appended - ck.appended
+        db = head.appended_bytes - ck.appended_bytes
+        return conditional(
+            self._ddb.update_item,
+            TableName=self._heads_table,
+            Key={"pk": _s(head.topic)},
+            UpdateExpression="SET hs = :hs, ac = :ac, ab = :ab, lw = :lw, cnt = cnt + :dn, "
+            "byt = byt + :db, ub = ub + :db",
+            ConditionExpression="ep = :ep AND hs = :ck AND attribute_not_exists(dl)",
+            ExpressionAttributeValues={
+                ":hs": _n(head.head_seq),
+                ":ac": _n(head.appended),
+                ":ab": _n(head.appended_bytes),
+                ":lw": _n(head.last_write_ts or 0),
+                ":dn": _n(dn),
+                ":db": _n(db),
+                ":ep": _n(head.epoch),
+                ":ck": _n(ck.seq),
+            },
         )
 
     def _head_op(self, c: AppendCommit, cid: str) -> dict[str, Any]:
@@ -474,17 +665,23 @@ class DynamoLogTailStore:
             }
         h = c.expected
         assert h is not None
-        n = c.last_seq - c.first_seq + 1
+        # The stored item moves from its checkpoint to this commit: its counters by what was
+        # appended since the checkpoint (single writes past it, and this frame).
+        ck = h.checkpoint
+        n = c.appended - ck.appended
+        b = c.appended_bytes - ck.appended_bytes
         sets = ["hs = :h2", "cnt = cnt + :n", "byt = byt + :b", "lw = :ts", "ub = ub + :b"]
-        sets.append(f"{CID_ATTR} = :cid")
+        sets += ["ac = :ac", "ab = :ab", f"{CID_ATTR} = :cid"]
         names: dict[str, str] = {}
         values: dict[str, Any] = {
             ":cid": _s(cid),
             ":h2": _n(c.last_seq),
             ":n": _n(n),
-            ":b": _n(c.payload_bytes),
+            ":b": _n(b),
+            ":ac": _n(c.appended),
+            ":ab": _n(c.appended_bytes),
             ":ts": _n(c.ts),
-            ":h": _n(h.head_seq),
+            ":h": _n(ck.seq),
             ":ep": _n(h.epoch),
         }
         if c.tag_pending:
@@ -500,12 +697,14 @@ class DynamoLogTailStore:
                 raise ValueError("ext_new must not be empty")
             sets.append("x = :x2")
             values[":x2"] = _s(c.ext_new)
+        # caps: the count before this commit (stored count + appended past the checkpoint)
+        # must stay <= max_count
         if c.max_count is not None:
             cond_s += " AND cnt <= :mc"
-            values[":mc"] = _n(c.max_count)
+            values[":mc"] = _n(c.max_count - (h.appended - ck.appended))
         if c.max_bytes is not None:
             cond_s += " AND byt <= :mb"
-            values[":mb"] = _n(c.max_bytes)
+            values[":mb"] = _n(c.max_bytes - (h.appended_bytes - ck.appended_bytes))
         op: dict[str, Any] = {
             "TableName": self._heads_table,
             "Key": {"pk": _s(h.topic)},
@@ -573,6 +772,8 @@ class DynamoLogTailStore:
         while not full:
             resp = _call(self._ddb.query, **kwargs)
             for item in resp.get("Items", []):
+                if FENCE_ATTR in item:
+                    continue  # a deleted incarnation's fence holds no records
                 items.append(item)
                 got += _i(item, "ls") - _i(item, "sk") + 1
                 nbytes += _i(item, "sz")
@@ -609,8 +810,10 @@ class DynamoLogTailStore:
         }
         if projection:
             kwargs["ProjectionExpression"] = projection
+            if "#ttl" in projection:  # a reserved word
+                kwargs["ExpressionAttributeNames"] = {"#ttl": "ttl"}
         for item in _call(self._ddb.query, **kwargs).get("Items", []):
-            if _i(item, "ls") > after_seq:
+            if _i(item, "ls") > after_seq and FENCE_ATTR not in item:
                 return dict(item)
         return None
 
@@ -623,6 +826,8 @@ class DynamoLogTailStore:
             while request:
                 resp = _call(self._ddb.batch_get_item, RequestItems=request)
                 for item in resp.get("Responses", {}).get(self._log_table, []):
+                    if FENCE_ATTR in item:
+                        continue
                     f = self._frame_from_item(item)
                     out[f.first_seq] = f
                 request = resp.get("UnprocessedKeys") or {}
@@ -734,12 +939,13 @@ class DynamoLogTailStore:
     def frame_summaries(
         self, head: Head, after_seq: int, upto_seq: int, limit: int
     ) -> list[FrameSummary]:
-        projection = "sk, ls, ts, sz, dn, dz, s3"
+        projection = "sk, ls, ts, sz, dn, dz, s3, #ttl, fn"
         kwargs: dict[str, Any] = {
             "TableName": self._log_table,
             "KeyConditionExpression": "pk = :pk AND sk > :lo",
             "ExpressionAttributeValues": {":pk": _s(head.log_key), ":lo": _n(after_seq)},
             "ProjectionExpression": projection,
+            "ExpressionAttributeNames": {"#ttl": "ttl"},
             "ConsistentRead": True,
         }
         out: list[FrameSummary] = []
@@ -752,7 +958,8 @@ class DynamoLogTailStore:
             for it in resp.get("Items", []):
                 if _i(it, "sk") > upto_seq:
                     return out
-                out.append(_summary(it))
+                if FENCE_ATTR not in it:
+                    out.append(_summary(it))
             lek = resp.get("LastEvaluatedKey")
             if not lek:
                 break
@@ -828,6 +1035,7 @@ def _summary(it: dict[str, Any]) -> FrameSummary:
         deleted_count=_i(it, "dn"),
         deleted_bytes=_i(it, "dz"),
         spill_key=it["s3"]["S"] if "s3" in it else None,
+        expires_s=_opt_i(it, "ttl"),
     )
 
 

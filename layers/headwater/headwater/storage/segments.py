@@ -87,6 +87,40 @@ class DynamoSegmentStore:
         }
         if seg.deleted:
             item["dx"] = {"NS": [str(s) for s in sorted(seg.deleted)]}
+        sets = f"SET st = :st, ub = ub - :sb, {CID_ATTR} = :cid"
+        cond = "ep = :ep AND dv = :dv AND st = :old AND attribute_not_exists(dl)"
+        values: dict[str, Any] = {
+            ":cid": _s(cid),
+            ":st": _n(seg.last_seq),
+            ":sb": _n(c.sealed_bytes),
+            ":ep": _n(h.epoch),
+            ":dv": _n(h.del_ver),
+            ":old": _n(h.sealed_through),
+        }
+        if h.stored is not None:
+            # Frames appended by single writes stand past the head item: the seal brings the
+            # item up to the head it read (docs/storage.md "One write per append"), so the
+            # item never falls behind the frames their TTL will reclaim.
+            ck = h.stored
+            db = h.appended_bytes - ck.appended_bytes
+            sets = (
+                f"SET st = :st, ub = ub + :ubd, {CID_ATTR} = :cid, hs = :hs, ac = :ac, "
+                "ab = :ab, lw = :lw, cnt = cnt + :dn, byt = byt + :db"
+            )
+            cond += " AND hs = :ck"
+            del values[":sb"]
+            values.update(
+                {
+                    ":ubd": _n(db - c.sealed_bytes),
+                    ":hs": _n(h.head_seq),
+                    ":ac": _n(h.appended),
+                    ":ab": _n(h.appended_bytes),
+                    ":lw": _n(h.last_write_ts or 0),
+                    ":dn": _n(h.appended - ck.appended),
+                    ":db": _n(db),
+                    ":ck": _n(ck.seq),
+                }
+            )
         items = [
             {
                 "Put": {
@@ -100,18 +134,10 @@ class DynamoSegmentStore:
                 "Update": {
                     "TableName": self._heads_table,
                     "Key": {"pk": _s(h.topic)},
-                    "UpdateExpression": f"SET st = :st, ub = ub - :sb, {CID_ATTR} = :cid",
-                    "ConditionExpression": "ep = :ep AND dv = :dv AND st = :old"
-                    " AND attribute_not_exists(dl)",
+                    "UpdateExpression": sets,
+                    "ConditionExpression": cond,
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    "ExpressionAttributeValues": {
-                        ":cid": _s(cid),
-                        ":st": _n(seg.last_seq),
-                        ":sb": _n(c.sealed_bytes),
-                        ":ep": _n(h.epoch),
-                        ":dv": _n(h.del_ver),
-                        ":old": _n(h.sealed_through),
-                    },
+                    "ExpressionAttributeValues": values,
                 }
             },
         ]

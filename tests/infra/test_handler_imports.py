@@ -65,3 +65,12 @@ def test_the_api_function_loads_its_web_framework_but_no_geometry() -> None:
     loaded = set(_loaded("api"))
     assert {"fastapi", "headwater.services"} <= loaded  # what the probe must see
     assert not loaded & {"shapely", "numpy", "aws_xray_sdk"}
+
+
+def test_the_websocket_function_loads_no_web_framework_or_geometry() -> None:
+    """WsFunction runs the /v0/ws commands on API Gateway events: the request helpers it
+    shares with POST /v0/topics/:t and POST /v0/watch live in http/v0_requests.py, so FastAPI
+    and the /v0 routes stay out of its cold start (they took ~300 ms of its ~460)."""
+    loaded = set(_loaded("ws"))
+    assert "headwater.services" in loaded  # the probe sees what the handler imports
+    assert not loaded & {"fastapi", "pydantic", "shapely", "numpy", "aws_xray_sdk"}

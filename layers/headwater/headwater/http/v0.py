@@ -11,12 +11,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater.engine.config import validate_config_patch
-from headwater.engine.log import LogEngine
 from headwater.engine.ports import Head
 from headwater.engine.priority import effective_priority
 from headwater.engine.queue import Counters
-from headwater.engine.values import AppendRequest, AppendResult, DiffResult
-from headwater.http.auth import Principal
+from headwater.engine.values import DiffResult
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
 from headwater.http.openapi_decl import (
@@ -40,17 +38,10 @@ from headwater.http.v0_parse import (
     query_int,
     require_object,
 )
+from headwater.http.v0_requests import append_body, commit_append, require_config_names
 from headwater.names import validate_topic_name
 
 router = APIRouter()
-
-
-def require_config_names(principal: Principal, patch: dict[str, Any] | None) -> None:
-    """A config naming another topic must name one the key may touch: a queue's
-    `dead_letter` is appended to (and auto-created) by the engine on the key's behalf."""
-    dead_letter = (patch or {}).get("dead_letter")
-    if isinstance(dead_letter, str):
-        principal.require_name(dead_letter)
 
 
 def now_ms() -> int:
@@ -205,34 +196,6 @@ async def delete_topic(topic: str, request: Request) -> Response:
     return json_response(
         request, {"topic": topic, "deleted": was is not None, "routers_removed": removed}
     )
-
-
-async def commit_append(
-    engine: LogEngine, topic: str, req: AppendRequest
-) -> tuple[AppendResult, dict[str, Any]]:
-    """The engine append, timed: the result and its `performance` fields (spec §2). Shared
-    by POST /v0/topics/:topic and the WebSocket publish command."""
-    t0 = time.perf_counter()
-    result = await engine.append(topic, req)
-    commit_ms = round((time.perf_counter() - t0) * 1000, 3)
-    return result, {"wal_append_ms": commit_ms, "fsync_ms": 0.0}
-
-
-def append_body(topic: str, result: AppendResult, return_seqs: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "topic": topic,
-        "first_seq": result.first_seq,
-        "last_seq": result.last_seq,
-    }
-    if return_seqs:
-        out["seqs"] = list(range(result.first_seq, result.last_seq + 1))
-    out.update(
-        head_seq=result.head_seq,
-        count=result.last_seq - result.first_seq + 1,
-        created=result.created,
-        deduped=result.deduped,
-    )
-    return out
 
 
 @router.post(

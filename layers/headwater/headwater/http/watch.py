@@ -12,12 +12,10 @@ from starlette.responses import Response
 
 from headwater.engine.log import wall_ms
 from headwater.engine.watch import (
-    TopicRequest,
     WatchEngine,
     WatchEvent,
-    WatchSpec,
 )
-from headwater.errors import InvalidRequest, NotAcceptable, NotFound, Unauthorized
+from headwater.errors import NotAcceptable, NotFound, Unauthorized
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
 from headwater.http.openapi_decl import (
@@ -33,77 +31,17 @@ from headwater.http.openapi_decl import (
 )
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
-from headwater.http.v0_parse import boolean, query_bool, require_object, require_text, u64
-from headwater.names import validate_topic_name
+from headwater.http.v0_parse import query_bool
+from headwater.http.v0_requests import (
+    parse_watch,
+)
 from headwater.services import Services
-from headwater.settings import Limits
 
 router = APIRouter()
-
-DEFAULT_BATCH_BYTES = 262_144
-SERVER_BATCH_BYTES = 1 << 20  # max_batch_bytes: 0
-MAX_BATCH_BYTES = 8 << 20
 
 
 def watch_engine(svc: Services) -> WatchEngine:
     return WatchEngine(svc.engine, svc.sessions, svc.settings.watch_session_ttl_ms)
-
-
-def parse_watch(
-    body: Any, limits: Limits, max_topics: int
-) -> tuple[dict[str, TopicRequest], WatchSpec]:
-    body = require_object(body)
-    topics = body.get("topics")
-    if not isinstance(topics, dict) or not topics:
-        raise InvalidRequest(
-            "topics must be a non-empty object of topic -> options", detail={"field": "topics"}
-        )
-    if len(topics) > max_topics:
-        raise InvalidRequest(
-            f"too many topics (max {max_topics})",
-            detail={"field": "topics", "max": max_topics},
-        )
-    requested: dict[str, TopicRequest] = {}
-    for name, opts in topics.items():
-        validate_topic_name(name)
-        opts = {} if opts is None else opts
-        if not isinstance(opts, dict):
-            raise InvalidRequest(
-                f"topics[{name!r}] must be an object", detail={"field": f"topics.{name}"}
-            )
-        requested[name] = TopicRequest(u64(opts, "from_seq", 0), boolean(opts, "tail", False))
-    node = body.get("node")
-    if node is not None and (
-        not isinstance(node, str)
-        or not node
-        or len(require_text(node, "node").encode()) > limits.max_node_bytes
-    ):
-        raise InvalidRequest(
-            f"node must be a non-empty string of at most {limits.max_node_bytes} bytes",
-            detail={"field": "node"},
-        )
-    limit = u64(body, "limit", limits.default_limit)
-    limit = limits.default_limit if limit == 0 else min(limit, limits.max_limit)
-    batch = u64(body, "max_batch_bytes", DEFAULT_BATCH_BYTES)
-    batch = SERVER_BATCH_BYTES if batch == 0 else min(batch, MAX_BATCH_BYTES)
-    heartbeat = min(max(u64(body, "heartbeat_ms", 15_000), 1000), 60_000)
-    consistency = body.get("consistency", "eventual")
-    if consistency not in ("eventual", "strong"):
-        raise InvalidRequest(
-            'consistency must be "eventual" or "strong"', detail={"field": "consistency"}
-        )
-    spec = WatchSpec(
-        topics=(),
-        node=node,
-        limit=limit,
-        max_batch_bytes=batch,
-        heartbeat_ms=heartbeat,
-        include_meta=boolean(body, "include_meta", True),
-        include_tags=boolean(body, "include_tags", False),
-        include_data=boolean(body, "include_data", True),
-        consistency=str(consistency),
-    )
-    return requested, spec
 
 
 @router.post(

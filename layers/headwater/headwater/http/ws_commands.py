@@ -22,9 +22,13 @@ from headwater.engine.values import AppendRequest
 from headwater.engine.watch import WatchSpec, resolve_starts
 from headwater.errors import HeadwaterError, InvalidRequest, PayloadTooLarge
 from headwater.http.auth import Principal
-from headwater.http.v0 import append_body, commit_append, require_config_names
 from headwater.http.v0_parse import boolean, parse_append, require_object
-from headwater.http.watch import parse_watch
+from headwater.http.v0_requests import (
+    append_body,
+    commit_append,
+    parse_watch,
+    require_config_names,
+)
 from headwater.http.ws_frames import error_frame, reply_frame
 from headwater.names import validate_topic_name
 from headwater.services import Services

@@ -22,7 +22,13 @@ HEAVY = (
     "numpy",
     "headwater.services",
     "aws_xray_sdk",
+    # the surfaces, each imported on its first use (services.Services)
+    "headwater.durable.service",
+    "headwater.flags.service",
+    "headwater.notify.service",
+    "headwater.dashboard.service",
 )
+SURFACES = {m for m in HEAVY if m.endswith(".service")}
 
 PROBE = """
 import json, sys
@@ -70,7 +76,10 @@ def test_the_api_function_loads_its_web_framework_but_no_geometry() -> None:
 def test_the_websocket_function_loads_no_web_framework_or_geometry() -> None:
     """WsFunction runs the /v0/ws commands on API Gateway events: the request helpers it
     shares with POST /v0/topics/:t and POST /v0/watch live in http/v0_requests.py, so FastAPI
-    and the /v0 routes stay out of its cold start (they took ~300 ms of its ~460)."""
+    and the /v0 routes stay out of its cold start (they took ~300 ms of its ~460), and the
+    surfaces it never serves are not imported (~95 ms more)."""
     loaded = set(_loaded("ws"))
     assert "headwater.services" in loaded  # the probe sees what the handler imports
     assert not loaded & {"fastapi", "pydantic", "shapely", "numpy", "aws_xray_sdk"}
+    # nor the other surfaces' code: Services builds each on its first use
+    assert not loaded & SURFACES

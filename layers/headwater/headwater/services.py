@@ -8,9 +8,8 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from headwater.dashboard.service import DashboardService
-from headwater.durable.service import DurableStreams
 from headwater.engine.log import LogEngine
 from headwater.engine.queue import QueueEngine
 from headwater.engine.quotas import (
@@ -21,26 +20,27 @@ from headwater.engine.routers import RouterEngine
 from headwater.engine.tiering import Upkeep
 from headwater.engines import Core
 from headwater.errors import ConfigurationError
-from headwater.flags.delta import DeliveryPolicy
-from headwater.flags.service import FlagService, signing_key_bytes
-from headwater.flags.store import ManifestStore, Retention
-from headwater.flags.tokens import SnapshotSigner, TokenStore, load_tokens
 from headwater.http.auth import KeyStore
 from headwater.http.limits import ConnectionLimits
-from headwater.notify.schema import NotificationSchema
-from headwater.notify.service import NotificationService, load_notification_schema
-from headwater.notify.store import NotificationStore
 from headwater.settings import (
     ENV_FLAG_TOKENS_PARAMETER,
     ENV_LAMBDA_FUNCTION_NAME,
     ENV_SIGNING_KEY_PARAMETER,
     Settings,
 )
-from headwater.storage.blobs import read_object
 from headwater.storage.clients import AwsClients
-from headwater.storage.dashboard_configs import DynamoConfigStore
-from headwater.storage.flag_slots import DynamoFlagSlots
-from headwater.storage.index_catalogue import DynamoIndexCatalogue
+
+# The surfaces (Durable Streams, notifications, flags, dashboard) are imported and built on
+# their first use: a function that serves one of them (WsFunction: /v0 only) does not pay
+# for the others' code at its cold start (bench/bench_coldstart.py).
+if TYPE_CHECKING:
+    from headwater.dashboard.service import DashboardService
+    from headwater.durable.service import DurableStreams
+    from headwater.flags.service import FlagService
+    from headwater.flags.tokens import TokenStore
+    from headwater.notify.schema import NotificationSchema
+    from headwater.notify.service import NotificationService
+    from headwater.storage.index_catalogue import DynamoIndexCatalogue
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,12 @@ def load_secret(value: str, parameter_name: str | None, what: str) -> str:
 
 def build_flags(core: Core, tokens: TokenStore | None = None) -> FlagService:
     """The flag surface over the core's engine (tokens parsed at app creation when given)."""
+    from headwater.flags.delta import DeliveryPolicy
+    from headwater.flags.service import FlagService, signing_key_bytes
+    from headwater.flags.store import ManifestStore, Retention
+    from headwater.flags.tokens import SnapshotSigner, TokenStore, load_tokens
+    from headwater.storage.flag_slots import DynamoFlagSlots
+
     cfg = core.settings.flags
     if tokens is None:
         raw = load_secret(
@@ -99,6 +105,9 @@ def build_flags(core: Core, tokens: TokenStore | None = None) -> FlagService:
 
 @dataclass(slots=True)
 class Services:
+    """What every route needs, built at once, and the surfaces, each built (and its code
+    imported) on first use."""
+
     settings: Settings
     clients: AwsClients
     engine: LogEngine
@@ -109,26 +118,75 @@ class Services:
     limits: ConnectionLimits
     queues: QueueEngine
     upkeep: Upkeep
-    notifications: NotificationService
-    flags: FlagService
+    core: Core
+    schema: NotificationSchema | None = None
+    flag_tokens: TokenStore | None = None
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
-    streams: DurableStreams = field(init=False)
-    dashboard: DashboardService = field(init=False)
-    index_catalogue: DynamoIndexCatalogue = field(init=False)
+    _surfaces: dict[str, object] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __post_init__(self) -> None:
-        self.streams = DurableStreams(self.engine, self.engine.clock)
-        self.index_catalogue = DynamoIndexCatalogue(self.clients.dynamodb, self.settings)
-        catalogue = self.index_catalogue
+    def _surface(self, name: str, build: object) -> object:
+        got = self._surfaces.get(name)
+        if got is None:
+            with self._lock:
+                got = self._surfaces.get(name)
+                if got is None:
+                    got = self._surfaces[name] = build()  # type: ignore[operator]
+        return got
+
+    @property
+    def notifications(self) -> NotificationService:
+        def build() -> NotificationService:
+            from headwater.notify.service import NotificationService
+            from headwater.notify.store import NotificationStore
+
+            assert self.schema is not None
+            return NotificationService(
+                self.schema, NotificationStore(self.engine), self.settings.notify
+            )
+
+        return self._surface("notifications", build)  # type: ignore[return-value]
+
+    @property
+    def flags(self) -> FlagService:
+        return self._surface("flags", lambda: build_flags(self.core, self.flag_tokens))  # type: ignore[return-value]
+
+    @property
+    def streams(self) -> DurableStreams:
+        def build() -> DurableStreams:
+            from headwater.durable.service import DurableStreams
+
+            return DurableStreams(self.engine, self.engine.clock)
+
+        return self._surface("streams", build)  # type: ignore[return-value]
+
+    @property
+    def index_catalogue(self) -> DynamoIndexCatalogue:
+        return self._surface("index_catalogue", self._build_catalogue)  # type: ignore[return-value]
+
+    def _build_catalogue(self) -> DynamoIndexCatalogue:
+        from headwater.storage.index_catalogue import DynamoIndexCatalogue
+
+        catalogue = DynamoIndexCatalogue(self.clients.dynamodb, self.settings)
         self.engine.on_purged.append(lambda head: catalogue.delete(head.topic, head.epoch))
-        self.dashboard = DashboardService(
-            self.engine,
-            self.settings.dashboard,
-            DynamoConfigStore(self.clients.dynamodb, self.settings),
-            self.engine.clock,
-            self.uptime_ms,
-        )
+        return catalogue
+
+    @property
+    def dashboard(self) -> DashboardService:
+        def build() -> DashboardService:
+            from headwater.dashboard.service import DashboardService
+            from headwater.storage.dashboard_configs import DynamoConfigStore
+
+            return DashboardService(
+                self.engine,
+                self.settings.dashboard,
+                DynamoConfigStore(self.clients.dynamodb, self.settings),
+                self.engine.clock,
+                self.uptime_ms,
+            )
+
+        return self._surface("dashboard", build)  # type: ignore[return-value]
 
     @classmethod
     def build(
@@ -143,11 +201,14 @@ class Services:
         if schema is None:
             # An s3:// schema is read here, through the app's clients (a file was read by
             # create_app already); a bad one raises ConfigurationError.
+            from headwater.notify.service import load_notification_schema
+            from headwater.storage.blobs import read_object
+
             s3 = core.clients.s3
             schema = load_notification_schema(
                 settings.notify.schema, lambda bucket, key: read_object(s3, bucket, key)
             )
-        return cls(
+        svc = cls(
             settings,
             core.clients,
             core.engine,
@@ -158,18 +219,27 @@ class Services:
             ConnectionLimits(settings.caps),
             core.queues,
             core.upkeep,
-            NotificationService(schema, NotificationStore(core.engine), settings.notify),
-            build_flags(core, flag_tokens),
+            core,
+            schema,
+            flag_tokens,
         )
+        # A purged incarnation's index catalogue is removed whichever surface runs the purge.
+        svc._surface("index_catalogue", svc._build_catalogue)
+        return svc
 
     def begin_shutdown(self) -> None:
         """The server is stopping: refuse new work and close every open notification
-        stream with `server_shutdown` (idempotent; call it on the serving loop)."""
+        stream with `server_shutdown` (idempotent; call it on the serving loop). A surface
+        never built has nothing open."""
         self.shutting_down = True
-        self.notifications.shutdown.set()
-        self.flags.shutdown.set()
-        self.flags.hub.wake_all()
-        self.dashboard.begin_shutdown()
+        built = self._surfaces
+        if "notifications" in built:
+            self.notifications.shutdown.set()
+        if "flags" in built:
+            self.flags.shutdown.set()
+            self.flags.hub.wake_all()
+        if "dashboard" in built:
+            self.dashboard.begin_shutdown()
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)

@@ -112,7 +112,9 @@ def test_checkpoint_moves_the_stored_head_once(backend: Backend) -> None:
     assert backend.tail.checkpoint(stored)  # already stored: nothing to do
 
 
-def test_a_seal_stores_the_head_it_read(backend: Backend) -> None:
+def test_a_seal_leaves_the_stored_head_to_a_checkpoint(backend: Backend) -> None:
+    """A seal's condition does not involve where the head item stands (appends must never
+    hold a seal up); the sealer moves the item with a checkpoint of its own afterwards."""
     head = _single(backend, create_topic(backend, "t", 2), 3)
     seg = SegmentItem(
         first_seq=1,
@@ -125,11 +127,18 @@ def test_a_seal_stores_the_head_it_read(backend: Backend) -> None:
         max_ts=T0,
         created_ms=T0,
     )
+    # GIVEN a transaction moves the item between the sealer's read and its commit
+    moved = backend.heads.get("t")
+    assert moved is not None
+    assert backend.tail.commit_append(append_commit(moved, recs(1, start=5))) is False
+    # THEN the seal still commits
     assert backend.segments.commit_seal(SealCommit(head, seg, 2 * REC_SIZE))
     after = backend.heads.get("t")
-    assert after is not None and after.stored is None
-    assert (after.head_seq, after.count, after.sealed_through) == (5, 5, 2)
-    assert after.unsealed_bytes == head.unsealed_bytes - 2 * REC_SIZE
+    assert after is not None and after.stored is None  # the transaction stored it
+    assert (after.head_seq, after.count, after.sealed_through) == (6, 6, 2)
+    assert after.unsealed_bytes == head.unsealed_bytes + REC_SIZE - 2 * REC_SIZE
+    # AND the sealer's checkpoint from its stale read is refused, harmlessly
+    assert not backend.tail.checkpoint(head)
 
 
 def test_a_delete_fences_the_log_against_single_writes(backend: Backend) -> None:

@@ -42,7 +42,6 @@ class MemorySegmentStore:
                     and row.head.del_ver == h.del_ver
                     and row.head.sealed_through == h.sealed_through
                     and not row.head.deleted
-                    and (h.stored is None or row.head.head_seq == h.stored.seq)
                 )
                 if old is not None or not head_ok:
                     owners = [old.hc if old is not None else None]
@@ -52,19 +51,6 @@ class MemorySegmentStore:
                 assert row is not None
                 rows[seg.last_seq] = SegmentRow(seg, cid)
                 cur = row.head
-                if h.stored is not None:  # the seal stores the head it read (a checkpoint)
-                    ck = h.stored
-                    db = h.appended_bytes - ck.appended_bytes
-                    cur = dataclasses.replace(
-                        cur,
-                        head_seq=h.head_seq,
-                        appended=h.appended,
-                        appended_bytes=h.appended_bytes,
-                        last_write_ts=h.last_write_ts,
-                        count=cur.count + (h.appended - ck.appended),
-                        bytes=cur.bytes + db,
-                        unsealed_bytes=cur.unsealed_bytes + db,
-                    )
                 row.head = _sealed(cur, seg.last_seq, c.sealed_bytes)
                 row.hc = cid
                 acct.remember_token(token, fingerprint)

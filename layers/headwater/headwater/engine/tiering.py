@@ -361,13 +361,17 @@ class Upkeep:
         if not self.segments.commit_seal(SealCommit(head, item, nbytes)):
             self.log.blobs.delete_many([key])
             return None
-        # the seal stored the head it read (SegmentStore.commit_seal): its item is current
-        return dataclasses.replace(
-            head,
-            sealed_through=last,
-            unsealed_bytes=max(0, head.unsealed_bytes - nbytes),
-            stored=None,
+        sealed = dataclasses.replace(
+            head, sealed_through=last, unsealed_bytes=max(0, head.unsealed_bytes - nbytes)
         )
+        if head.stored is not None and self.log.tail.checkpoint(head):
+            # Frames of single writes stood past the head item: it is brought up to the head
+            # this seal read (docs/storage.md "One write per append"), so it never lags the
+            # frames their TTL will reclaim. Best effort and apart from the seal: if the item
+            # moved meanwhile, a transaction moved it past them already, and a seal is never
+            # held up by appends.
+            sealed = dataclasses.replace(sealed, stored=None)
+        return sealed
 
     def _trim(self, head: Head, now: int, report: UpkeepReport) -> None:
         """Delete tail frames sealed more than the grace period ago (readers that read the

@@ -97,30 +97,6 @@ class DynamoSegmentStore:
             ":dv": _n(h.del_ver),
             ":old": _n(h.sealed_through),
         }
-        if h.stored is not None:
-            # Frames appended by single writes stand past the head item: the seal brings the
-            # item up to the head it read (docs/storage.md "One write per append"), so the
-            # item never falls behind the frames their TTL will reclaim.
-            ck = h.stored
-            db = h.appended_bytes - ck.appended_bytes
-            sets = (
-                f"SET st = :st, ub = ub + :ubd, {CID_ATTR} = :cid, hs = :hs, ac = :ac, "
-                "ab = :ab, lw = :lw, cnt = cnt + :dn, byt = byt + :db"
-            )
-            cond += " AND hs = :ck"
-            del values[":sb"]
-            values.update(
-                {
-                    ":ubd": _n(db - c.sealed_bytes),
-                    ":hs": _n(h.head_seq),
-                    ":ac": _n(h.appended),
-                    ":ab": _n(h.appended_bytes),
-                    ":lw": _n(h.last_write_ts or 0),
-                    ":dn": _n(h.appended - ck.appended),
-                    ":db": _n(db),
-                    ":ck": _n(ck.seq),
-                }
-            )
         items = [
             {
                 "Put": {

@@ -526,6 +526,17 @@ def _build_rollup(
 _Windows = dict[int, dict[bytes, tuple[list[Any], dict[str, Any]]]]
 
 
+def _group_key(canonical: dict[Any, bytes], key_list: list[Any]) -> bytes:
+    """A window group's key: the canonical JSON of its dimension values (memoised)."""
+    try:
+        ck = canonical.get(memo := tuple(key_list))
+        if ck is None:
+            ck = canonical[memo] = canonical_json(key_list)
+    except TypeError:  # an unhashable dimension value (an array)
+        ck = canonical_json(key_list)
+    return ck
+
+
 def _columnar(r: Rollup) -> bool:
     """Whether `_rollup_columns` computes exactly what `r.contribution` would: no filters
     (they read whole documents) and measures that read one field each."""
@@ -583,12 +594,7 @@ def _rollup_columns(
                     break  # contribution(): a doc without every summary's value adds nothing
                 values[k] = v
             else:
-                try:
-                    ck = canonical.get(memo := tuple(key_list))
-                    if ck is None:
-                        ck = canonical[memo] = canonical_json(key_list)
-                except TypeError:  # an unhashable dimension value (an array)
-                    ck = canonical_json(key_list)
+                ck = _group_key(canonical, key_list)
                 _, states = windows.setdefault(t - t % step, {}).setdefault(ck, (key_list, {}))
                 for k, (m, field_col, hist) in enumerate(plan):
                     if field_col is None:
@@ -636,12 +642,7 @@ def _rollup_by_doc(
             continue
         start, key, measures = got
         key_list = [key[d] for d in dims]
-        try:
-            ck = canonical.get(memo := tuple(key_list))
-            if ck is None:
-                ck = canonical[memo] = canonical_json(key_list)
-        except TypeError:  # an unhashable dimension value (an array)
-            ck = canonical_json(key_list)
+        ck = _group_key(canonical, key_list)
         _, states = windows.setdefault(start, {}).setdefault(ck, (key_list, {}))
         for m in order:  # contribution() answers every measure
             c, total, lo, hi, hist = measures[m]

@@ -169,14 +169,7 @@ class DynamoHeadStore:
         self._merge_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-head")
 
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
-        resp = _call(
-            self._ddb.get_item,
-            TableName=self._table,
-            Key={"pk": _s(topic)},
-            ConsistentRead=consistent,
-        )
-        item = resp.get("Item")
-        return self.merge(head_from_item(item), consistent=consistent) if item else None
+        return read_head(self._ddb, self._table, self._log_table, topic, consistent)
 
     def merge(self, head: Head, *, consistent: bool = True) -> Head:
         """`head` as stored, brought up to the newest frame past it (if any)."""
@@ -433,6 +426,18 @@ def newest_frame(
     return dict(items[0]) if items else None
 
 
+def read_head(
+    client: Any, heads_table: str, log_table: str, topic: str, consistent: bool
+) -> Head | None:
+    """The topic's head as readers see it: its item, merged (read_merged); None if none."""
+    item = _call(
+        client.get_item, TableName=heads_table, Key={"pk": _s(topic)}, ConsistentRead=consistent
+    ).get("Item")
+    if item is None:
+        return None
+    return read_merged(client, heads_table, log_table, head_from_item(item), consistent)
+
+
 def read_merged(
     client: Any, heads_table: str, log_table: str, head: Head, consistent: bool
 ) -> Head:
@@ -601,7 +606,6 @@ class DynamoLogTailStore:
         )
         if got is None:
             # Another writer's frame holds the key: re-read the head (merged) to retry from.
-            assert c.expected is not None
             raise AppendRejected(True, {}, self._current_head(c.topic))
         return bool(got.get("Repeated"))
 
@@ -609,14 +613,7 @@ class DynamoLogTailStore:
         """The head as a reader sees it (merged with its newest frame), from the item a
         failed condition returned or a strong read."""
         if item is None:
-            item = _call(
-                self._ddb.get_item,
-                TableName=self._heads_table,
-                Key={"pk": _s(topic)},
-                ConsistentRead=True,
-            ).get("Item")
-            if item is None:
-                return None
+            return read_head(self._ddb, self._heads_table, self._log_table, topic, True)
         return read_merged(
             self._ddb, self._heads_table, self._log_table, head_from_item(item), True
         )

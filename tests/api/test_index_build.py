@@ -19,6 +19,7 @@ from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.segment import companion_key
 from headwater.index.build import build_segment, index_stream
 from headwater.index.companion import Companion
+from headwater.index.local import LocalIndexer
 from headwater.index.plan import IndexPlan
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
@@ -189,3 +190,23 @@ def _report(topic: str) -> Any:
     from headwater.engine.tiering import UpkeepReport
 
     return UpkeepReport(topic)
+
+
+def test_the_local_indexer_sweeps_streams_and_no_other_protocols_heads(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    # GIVEN a searchable sealed stream, and a topic whose ext another protocol owns (as a
+    # flag namespace's is): not a stream's JSON state
+    c = make_client(tiering=EAGER)
+    _sealed_stream(c, "ix", 60)
+    assert c.post("/v0/topics/other", json={"records": [{"data": 1}]}).status_code == 201
+    svc = services(c)
+    other = svc.engine.heads.get("other")
+    assert other is not None and svc.engine.heads.put_ext(other, "v=3;h=abc")
+    # WHEN the in-process indexer sweeps
+    indexer = LocalIndexer(
+        svc.engine, svc.upkeep.segments, DynamoIndexCatalogue(aws.dynamodb, settings)
+    )
+    got = indexer.sweep()
+    # THEN it indexed the stream and read nothing else's state as a stream's
+    assert list(got) == [topic_of("ix")] and got[topic_of("ix")].built >= 3

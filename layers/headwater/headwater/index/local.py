@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from headwater.durable.state import state_of
+from headwater.durable.state import TOPIC_PREFIX, state_of
 from headwater.engine.log import LogEngine
 from headwater.engine.ports import IndexCatalogueStore
 from headwater.errors import HeadwaterError
@@ -43,7 +43,8 @@ class LocalIndexer:
         out: dict[str, Progress] = {}
         after: str | None = None
         while True:
-            page = self.engine.heads.list_live("", after, PAGE)
+            # streams' topics only: other protocols (flag namespaces) keep their own ext
+            page = self.engine.heads.list_live(TOPIC_PREFIX, after, PAGE)
             for head in page:
                 state = state_of(head)
                 if state is None or not state.registry_key or not head.sealed_through:

@@ -9,7 +9,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from adapter_helpers import REC_SIZE, T0, Backend, Lossy, append_commit, create_topic, recs
+from adapter_helpers import (
+    REC_SIZE,
+    T0,
+    Backend,
+    Lossy,
+    append,
+    append_commit,
+    create_topic,
+    recs,
+)
 
 from headwater.engine.ports import (
     AppendRejected,
@@ -63,15 +72,72 @@ def test_a_single_write_appends_the_frame_and_reads_see_it(backend: Backend) -> 
     assert [f.expires_s for f in summaries] == [None, TTL_S, TTL_S]
 
 
-def test_a_single_write_on_a_stale_head_is_a_conflict_with_the_current_head(
+def test_a_single_write_on_a_stale_head_steps_past_the_frame_that_beat_it(
     backend: Backend,
 ) -> None:
     head = create_topic(backend, "t", 1)
     current = _single(backend, head, 2)
+    # WHEN a single write lands on the key another single write took
     with pytest.raises(AppendRejected) as rej:
         backend.tail.commit_append(append_commit(head, recs(1), single=True, expires_s=TTL_S))
-    assert rej.value.head_conflict and rej.value.current_head == current
+    # THEN it is a conflict that answers the head stepped past that frame, without a read
+    assert rej.value.head_conflict and rej.value.stepped
+    assert rej.value.current_head == current
     assert backend.heads.get("t") == current
+
+
+def test_a_step_is_a_guess_that_more_frames_may_stand_past(backend: Backend) -> None:
+    head = create_topic(backend, "t", 1)
+    one = _single(backend, head, 2)  # frame 2..3
+    two = _single(backend, one, 3)  # frame 4..6
+    # WHEN two writers started from `head`: the step goes past the frame at its key only
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(append_commit(head, recs(1), single=True, expires_s=TTL_S))
+    step = rej.value.current_head
+    assert rej.value.stepped and step == one
+    # AND the retry on it steps again, then lands after the newest frame
+    with pytest.raises(AppendRejected) as again:
+        backend.tail.commit_append(
+            append_commit(step, recs(1, start=3), single=True, expires_s=TTL_S)
+        )
+    assert again.value.stepped and again.value.current_head == two
+    assert (
+        backend.tail.commit_append(
+            append_commit(two, recs(1, start=6), single=True, expires_s=TTL_S)
+        )
+        is False
+    )
+    after = backend.heads.get("t")
+    assert after is not None and (after.head_seq, after.count, after.appended) == (7, 7, 7)
+
+
+def test_a_transaction_beaten_to_its_key_by_a_single_write_steps_past_it(
+    backend: Backend,
+) -> None:
+    head = create_topic(backend, "t", 2)
+    current = _single(backend, head, 2)
+    # WHEN a transactional append (the head item unmoved, its frame key taken) is cancelled
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(append_commit(head, recs(1, start=2)))
+    # THEN it steps past the single write's frame, and wrote nothing
+    assert rej.value.head_conflict and rej.value.stepped and not rej.value.idem_hits
+    assert rej.value.current_head == current
+    assert backend.heads.get("t") == current
+    # AND the transaction on the stepped head commits, the stored item moved past both
+    assert backend.tail.commit_append(append_commit(current, recs(1, start=4))) is False
+    after = backend.heads.get("t")
+    assert after is not None and after.stored is None and after.head_seq == 5
+
+
+def test_a_frame_a_transaction_wrote_is_not_stepped_past(backend: Backend) -> None:
+    head = create_topic(backend, "t", 1)
+    moved = append(backend, head, recs(2, start=1))  # a transaction: the item moved with it
+    # WHEN a single write on the head before it finds that frame at its key
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(append_commit(head, recs(1), single=True, expires_s=TTL_S))
+    # THEN the head is read (the item and its ext belong with that frame), not guessed
+    assert rej.value.head_conflict and not rej.value.stepped
+    assert rej.value.current_head == moved
 
 
 def test_a_transaction_after_single_writes_stores_the_head_past_them(backend: Backend) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from api_helpers import counting_engine
 
+from headwater.engine.append import Retry
 from headwater.engine.records import NewRecord
 from headwater.engine.values import AppendRequest, DiffRequest, TagMatch
 from headwater.settings import Settings
@@ -82,7 +83,7 @@ def _conflicting(engine: Any, lost_races: int | None, counted: list[int]) -> Non
     def attempt(topic: str, head: Any, *args: Any, **kwargs: Any) -> Any:
         counted.append(1)
         if lost_races is None or len(counted) <= lost_races:
-            return engine.heads.get(topic), True
+            return Retry(engine.heads.get(topic), True)
         return real(topic, head, *args, **kwargs)
 
     engine.appender.try_commit = attempt

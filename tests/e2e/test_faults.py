@@ -63,7 +63,7 @@ SERVER_ENV = {
     "HEADWATER_SEAL_GRACE_MS": "30000",
     "HEADWATER_TIERING_INTERVAL_MS": "500",
     # one line per router forward and cursor advance, quoted when the copy differs
-    "HEADWATER_DEBUG_LOGGERS": "headwater.engine.routers",
+    "HEADWATER_DEBUG_LOGGERS": "headwater.engine.routers,headwater.engine.append",
 }
 
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from headwater.engine.ports import Checkpoint, Head
+from headwater.engine.ports import Head
 from tests.fakes.storage import FrameRow, HeadRow, MemoryAccount, Send
 
 
@@ -45,21 +45,7 @@ def merged_head(account: MemoryAccount, head: Head) -> Head:
     if not past:
         return out
     newest = frames[max(past)]
-    if newest.last_seq <= head.head_seq:
-        return out
-    dn = newest.appended - head.appended
-    db = newest.appended_bytes - head.appended_bytes
-    return dataclasses.replace(
-        out,
-        head_seq=newest.last_seq,
-        appended=newest.appended,
-        appended_bytes=newest.appended_bytes,
-        count=head.count + dn,
-        bytes=head.bytes + db,
-        unsealed_bytes=max(0, head.unsealed_bytes + db),
-        last_write_ts=max(newest.ts, head.last_write_ts or 0),
-        stored=Checkpoint(head.head_seq, head.appended, head.appended_bytes),
-    )
+    return out.past(newest.last_seq, newest.appended, newest.appended_bytes, newest.ts)
 
 
 def ext_holds(head: Head, expected: str) -> bool:

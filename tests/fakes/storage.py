@@ -147,6 +147,7 @@ class FrameRow:
     appended: int = 0  # records and bytes appended in the epoch through last_seq
     appended_bytes: int = 0
     fence: bool = False  # a topic delete's fence: no records
+    single: bool = False  # written alone (no head write with it)
 
     def size_bytes(self, log_key: str) -> int:
         """Sized as the DynamoDB adapter lays the frame item out."""

@@ -108,6 +108,9 @@ class MemoryLogTailStore(FaultHook):
                 if not head_ok or old_frame is not None or hits:
                     if cid in owners:
                         return True  # an earlier attempt of this commit applied
+                    stepped = _stepped(c, old_frame) if head_ok and not hits else None
+                    if stepped is not None:
+                        raise AppendRejected(True, {}, stepped, stepped=True)
                     raise AppendRejected(
                         not head_ok or old_frame is not None,
                         hits,
@@ -132,10 +135,15 @@ class MemoryLogTailStore(FaultHook):
                 if old is not None:
                     if old.hc == cid:
                         return True
+                    stepped = _stepped(c, old)
+                    if stepped is not None:
+                        raise AppendRejected(True, {}, stepped, stepped=True)
                     row = acct.heads.get(c.topic)
                     current = merged_head(acct, row.head) if row is not None else None
                     raise AppendRejected(True, {}, current)
-                acct.frames.setdefault(log_key, {})[c.first_seq] = frame
+                acct.frames.setdefault(log_key, {})[c.first_seq] = dataclasses.replace(
+                    frame, single=True
+                )
                 return False
 
         return acct.run("tail.commit_append", attempt)
@@ -457,3 +465,11 @@ class MemoryLogTailStore(FaultHook):
                 return True
 
         return acct.run(op, attempt)
+
+
+def _stepped(c: AppendCommit, holder: FrameRow | None) -> Head | None:
+    """The head `c` expected, stepped past the frame holding its key when that frame was
+    written alone (storage/dynamo.py `_stepped`): a guess, more frames may stand beyond."""
+    if c.expected is None or holder is None or not holder.single or holder.fence:
+        return None
+    return c.expected.past(holder.last_seq, holder.appended, holder.appended_bytes, holder.ts)

@@ -92,3 +92,39 @@ def test_a_seal_stores_the_head_past_the_single_writes() -> None:
             assert datas(await b.history(TOPIC))[-1] == {"x": 6}
 
     asyncio.run(scenario())
+
+
+def test_an_append_that_loses_to_single_writes_steps_past_them_without_reading() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            acct = a.stores.account
+            await a.engine.append(TOPIC, req(rec(x=0)))  # a caches the head (seq 1)
+            await b.engine.append(TOPIC, req(rec(x=1)))
+            for i in range(2, 5):  # b, from its own cache: three frames past a's view
+                await b.engine.append(TOPIC, req(rec(x=i)))
+            reads: list[str] = []
+            real_get = a.engine.core.heads.get
+
+            def counted(topic: str, **kw: object) -> object:
+                reads.append(topic)
+                return real_get(topic, **kw)  # type: ignore[arg-type]
+
+            a.engine.core.heads.get = counted  # type: ignore[method-assign]
+            before = acct.calls["tail.commit_append"]
+            # WHEN a appends from its stale cache, without a key and then with one
+            got = await a.engine.append(TOPIC, req(rec(x=5)))
+            # THEN each lost race stepped past the frame that won it: no head read, one
+            # attempt per frame it had not seen, and the append lands after the newest
+            assert (got.first_seq, got.last_seq) == (6, 6)
+            assert acct.calls["tail.commit_append"] - before == 5
+            assert reads == []
+            await b.engine.append(TOPIC, req(rec(x=6)))
+            keyed = await a.engine.append(TOPIC, req(rec(x=7), key="k"))
+            assert (keyed.first_seq, keyed.last_seq) == (8, 8) and not keyed.deduped
+            assert reads == []
+            # AND the transaction moved the stored item past every frame
+            stored = acct.heads[TOPIC].head
+            assert (stored.head_seq, stored.count, stored.appended) == (8, 8, 8)
+            assert datas(await b.history(TOPIC)) == [{"x": i} for i in range(8)]
+
+    asyncio.run(scenario())

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from headwater.engine import config as topic_config
 from headwater.engine.core import LogCore
@@ -71,6 +71,16 @@ class GuardState:
 
     ext: str
     notes: dict[int, Any]
+
+
+class Retry(NamedTuple):
+    """An attempt that did not settle every request: the head to retry on, whether it lost
+    a race, and whether that head was read (else a guess stepped past the winner's frame,
+    on which a verdict that writes nothing is judged again on a read)."""
+
+    head: Head | None
+    conflicted: bool
+    verified: bool = True
 
 
 @dataclass(slots=True)
@@ -141,12 +151,21 @@ class Appender:
             if not live:
                 break
             outcome = self.try_commit(topic, head, reqs, live, results, verified)
-            verified = True  # retries start from the head the failed condition saw, or a read
             if outcome is None:
                 break
-            head, conflicted = outcome
+            # retries start from the head the failed condition saw (a read, or a step past
+            # the frame that beat us)
+            head, conflicted, verified = outcome
             if conflicted:
                 conflicts += 1
+                log.debug(
+                    "append to %s lost race %d at %.2fs (%d requests, keyed %s)",
+                    topic,
+                    conflicts,
+                    APPEND_BUDGET_S - (deadline - time.monotonic()),
+                    len(live),
+                    any(reqs[i].idempotency_key for i in live),
+                )
                 # Give up only on contention: past the budget AND after several lost races.
                 # Time spent in slow or retried storage calls (botocore retries a lost or
                 # late answer itself) is not contention, and one race lost after it must
@@ -169,9 +188,9 @@ class Appender:
         live: list[int],
         results: list[AppendResult | HeadwaterError | None],
         verified: bool = True,
-    ) -> tuple[Head | None, bool] | None:
+    ) -> Retry | None:
         """One attempt. Fills `results` for requests it settles; returns None when done, or
-        (fresh head, lost a race) to retry the remaining requests with.
+        the Retry to go on with for the remaining requests.
 
         Guards may judge on this process's cached head: when anything commits, the condition
         proved that head current, and every verdict with it. Verdicts that write nothing
@@ -239,7 +258,7 @@ class Appender:
             if provisional and not verified:
                 for i in provisional:
                     results[i] = None
-                return self.core.heads.get(topic), False
+                return Retry(self.core.heads.get(topic), False)
             self._settle_duplicates(reqs, live, results, seen_keys, base)
             return None
 
@@ -309,7 +328,7 @@ class Appender:
         creating: bool,
         creator: int | None,
         guard: GuardState | None = None,
-    ) -> tuple[tuple[Head | None, bool] | None, bool]:
+    ) -> tuple[Retry | None, bool]:
         """Write the admitted requests as one frame: ((retry head, conflicted) or None when
         settled, whether the frame committed)."""
         # Append time never goes back on a topic (several processes, skewed clocks); an
@@ -446,8 +465,10 @@ class Appender:
                         )
             self.core.head_cache.pop(topic, None)
             if rej.head_conflict or not rej.idem_hits:
-                return (rej.current_head or self.core.heads.get(topic), True), False
-            return (head, False), False
+                if rej.current_head is None:
+                    return Retry(self.core.heads.get(topic), True), False
+                return Retry(rej.current_head, True, not rej.stepped), False
+            return Retry(head, False), False
         # Committed.
         committed = new_head or dataclasses.replace(
             base,

@@ -6,6 +6,7 @@ the import contracts in .importlinter)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -72,6 +73,26 @@ class Head:
     @property
     def log_key(self) -> str:
         return f"{self.topic}#{self.epoch}"
+
+    def past(self, last_seq: int, appended: int, appended_bytes: int, ts: int) -> Head:
+        """This head brought up to a frame written alone beyond it (docs/storage.md "One
+        write per append"): seq, append time and counters from the frame's cumulative ones;
+        the stored item stays where it was."""
+        if self.deleted or last_seq <= self.head_seq:
+            return self
+        dn = appended - self.appended
+        db = appended_bytes - self.appended_bytes
+        return dataclasses.replace(
+            self,
+            head_seq=last_seq,
+            appended=appended,
+            appended_bytes=appended_bytes,
+            count=self.count + dn,
+            bytes=self.bytes + db,
+            unsealed_bytes=max(0, self.unsealed_bytes + db),
+            last_write_ts=max(ts, self.last_write_ts or 0),
+            stored=self.checkpoint,
+        )
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -235,6 +256,7 @@ class AppendRejected(Exception):
         current_head: Head | None = None,
         *,
         unconfirmed: bool = False,
+        stepped: bool = False,
     ) -> None:
         super().__init__("append transaction cancelled")
         self.head_conflict = head_conflict
@@ -244,6 +266,10 @@ class AppendRejected(Exception):
         # Several attempts were sent and no frame stands where ours would: if the head shows
         # those seqs trimmed or evicted since, whether ours applied can no longer be seen.
         self.unconfirmed = unconfirmed
+        # `current_head` is the head stepped past the single-write frame that holds our key
+        # (nothing was read): more frames may stand beyond it, so it is a guess to retry on
+        # at once, and a verdict that writes nothing is not final on it.
+        self.stepped = stepped
 
 
 class HeadStore(Protocol):

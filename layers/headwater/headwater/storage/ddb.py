@@ -149,12 +149,18 @@ def _resend_wait(attempt: int, deadline: float, what: str, exc: BaseException) -
 
 
 def write_once(
-    fn: Callable[..., Any], cid: str | None = None, *, once: bool = False, **kwargs: Any
+    fn: Callable[..., Any],
+    cid: str | None = None,
+    *,
+    once: bool = False,
+    conflict: bool = False,
+    **kwargs: Any,
 ) -> dict[str, Any] | None:
     """One retry-safe conditional PutItem/UpdateItem: the response, or None if the condition
-    failed because of someone else's write. A failed condition on an item holding our own
-    commit id means an earlier attempt of this very write applied: that is success, and the
-    old item stands in as the response's Attributes. `once`: see with_cid."""
+    failed because of someone else's write (with `conflict`: {"Conflict": True, "Attributes":
+    their item} instead). A failed condition on an item holding our own commit id means an
+    earlier attempt of this very write applied: that is success, and the old item stands in
+    as the response's Attributes. `once`: see with_cid."""
     cid = cid or new_cid()
     request = with_cid(kwargs, cid, once=once)
     deadline = time.monotonic() + RESOLVE_BUDGET_S
@@ -166,7 +172,9 @@ def write_once(
             code = error_code(exc)
             if code == "ConditionalCheckFailedException":
                 old = exc.response.get("Item")
-                return {"Attributes": old, "Repeated": True} if mine(old, cid) else None
+                if mine(old, cid):
+                    return {"Attributes": old, "Repeated": True}
+                return {"Attributes": old, "Conflict": True} if conflict else None
             if code in _DEFINITE:
                 raise StorageUnavailable(
                     f"storage error: {code}", detail={"aws_error": code}

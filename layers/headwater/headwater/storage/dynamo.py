@@ -3,7 +3,6 @@ speaks the DynamoDB wire format or sees ClientError; AWS errors become engine er
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,6 @@ from headwater.engine.ports import (
     AppendCommit,
     AppendRejected,
     BlobStore,
-    Checkpoint,
     DeleteCommit,
     EvictCommit,
     FrameDelete,
@@ -83,24 +81,25 @@ SINGLE_ATTR = "sw"  # a frame written alone (no head write with it)
 
 
 def merged(head: Head, newest: dict[str, Any] | None) -> Head:
-    """`head` (as its item stores it) brought up to `newest`, the newest frame of its log
-    when it lies past the item: seq, append time and counters from the frame's cumulative
-    ones (docs/storage.md "One write per append")."""
-    if head.deleted or newest is None or _i(newest, "ls") <= head.head_seq:
+    """`head` brought up to `newest`, the newest frame of its log (projected: `ls`, `ts`,
+    `ac`, `ab`), when it lies past it (Head.past)."""
+    if newest is None:
         return head
-    dn = _i(newest, "ac") - head.appended
-    db = _i(newest, "ab") - head.appended_bytes
-    return dataclasses.replace(
-        head,
-        head_seq=_i(newest, "ls"),
-        appended=_i(newest, "ac"),
-        appended_bytes=_i(newest, "ab"),
-        count=head.count + dn,
-        bytes=head.bytes + db,
-        unsealed_bytes=head.unsealed_bytes + db,
-        last_write_ts=max(_i(newest, "ts"), head.last_write_ts or 0),
-        stored=Checkpoint(head.head_seq, head.appended, head.appended_bytes),
-    )
+    return head.past(_i(newest, "ls"), _i(newest, "ac"), _i(newest, "ab"), _i(newest, "ts"))
+
+
+def _stepped(c: AppendCommit, holder: dict[str, Any] | None) -> Head | None:
+    """The head `c` expected, stepped past `holder`, the frame a failed condition found at
+    its key, when that frame was written alone (so the head item did not move with it)."""
+    if (
+        c.expected is None
+        or holder is None
+        or SINGLE_ATTR not in holder
+        or FENCE_ATTR in holder
+        or "ls" not in holder
+    ):
+        return None
+    return merged(c.expected, holder)
 
 
 def _ext_condition(expected: str) -> tuple[str, dict[str, Any]]:
@@ -582,6 +581,12 @@ class DynamoLogTailStore:
         if not reasons:
             head_conflict = True
         frame_code = reasons[1].get("Code") if len(reasons) > 1 else None
+        head_held = bool(reasons) and reasons[0].get("Code") in ("None", None, "")
+        if current is None and not hits and head_held:
+            # only the frame's key was taken (the head item unmoved): by a single write?
+            stepped = _stepped(c, reasons[1].get("Item") if len(reasons) > 1 else None)
+            if stepped is not None:
+                raise AppendRejected(True, {}, stepped, stepped=True)
         raise AppendRejected(
             head_conflict,
             hits,
@@ -600,12 +605,19 @@ class DynamoLogTailStore:
         got = write_once(
             self._ddb.put_item,
             cid,
+            conflict=True,
             TableName=self._log_table,
             Item=frame,
             ConditionExpression="attribute_not_exists(pk)",
         )
-        if got is None:
-            # Another writer's frame holds the key: re-read the head (merged) to retry from.
+        assert got is not None  # `conflict`: a failed condition answers with the holder
+        if got.get("Conflict"):
+            # Another writer's frame holds the key: step past it when it was written alone
+            # (the loser retries at once, without a read that lets the winner win again),
+            # else re-read the head (merged) to retry from.
+            stepped = _stepped(c, got.get("Attributes"))
+            if stepped is not None:
+                raise AppendRejected(True, {}, stepped, stepped=True)
             raise AppendRejected(True, {}, self._current_head(c.topic))
         return bool(got.get("Repeated"))
 

@@ -147,6 +147,17 @@ def test_spill_threshold_cannot_exceed_an_item() -> None:
     assert Settings.from_env({}).spill_threshold_bytes <= MAX_INLINE_FRAME_BYTES
     with pytest.raises(ConfigurationError):
         Settings.from_env({"HEADWATER_SPILL_THRESHOLD_BYTES": str(MAX_INLINE_FRAME_BYTES + 1)})
+    with pytest.raises(ConfigurationError):
+        Settings.from_env({"HEADWATER_SPILL_THRESHOLD_BYTES": "100"})
+
+
+def test_group_spill_threshold_is_off_by_default_and_bounded_like_the_spill_threshold() -> None:
+    assert Settings.from_env({}).group_spill_threshold_bytes == 0
+    env = {"HEADWATER_GROUP_SPILL_THRESHOLD_BYTES": "8192"}
+    assert Settings.from_env(env).group_spill_threshold_bytes == 8192
+    for bad in ("512", "-1", str(10**6)):
+        with pytest.raises(ConfigurationError):
+            Settings.from_env({"HEADWATER_GROUP_SPILL_THRESHOLD_BYTES": bad})
 
 
 def test_topic_config_is_the_resolved_dict_typed_and_decoded_once_per_head() -> None:

@@ -128,3 +128,29 @@ def test_an_append_that_loses_to_single_writes_steps_past_them_without_reading()
             assert datas(await b.history(TOPIC)) == [{"x": i} for i in range(8)]
 
     asyncio.run(scenario())
+
+
+def test_a_group_of_concurrent_requests_spills_at_the_group_threshold() -> None:
+    settings = dataclasses.replace(SETTINGS, group_spill_threshold_bytes=1024)
+    pad = "x" * 300  # the threshold compares the frame's encoded (uncompressed) size
+
+    async def scenario() -> None:
+        async with processes(1, ManualClock(), settings=settings) as (a,):
+            acct = a.stores.account
+            await a.engine.append(TOPIC, req(rec(x=0)))
+            # WHEN one request of 8 records (~2.4 KB) is appended alone THEN it stays inline
+            one = await a.engine.append(TOPIC, req(*(rec(x=i, pad=pad) for i in range(8))))
+            frames = acct.frames[f"{TOPIC}#1"]
+            assert frames[one.first_seq].spill_key is None
+            # WHEN 8 requests of one record each arrive together (one group commit)
+            got = await asyncio.gather(
+                *(a.engine.append(TOPIC, req(rec(x=i, pad=pad))) for i in range(8))
+            )
+            firsts = {g.first_seq for g in got}
+            group_frames = [f for k, f in frames.items() if k in firsts]
+            # THEN they share one frame, spilled to S3 past the group threshold
+            assert len(group_frames) == 1 and group_frames[0].spill_key is not None
+            history = datas(await a.history(TOPIC))
+            assert len(history) == 17 and history[-8:] == [{"x": i, "pad": pad} for i in range(8)]
+
+    asyncio.run(scenario())

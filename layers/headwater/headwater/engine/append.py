@@ -354,7 +354,7 @@ class Appender:
         payload = sum(r.size for r in records)
         blob = encode_records(records)
         spill_key: str | None = None
-        if len(blob) > self.core.settings.spill_threshold_bytes:
+        if len(blob) > self._spill_threshold(len(admitted)):
             spill_key = (
                 f"{SPILL_PREFIX}{object_key_component(topic)}/{epoch}/{last}-{uuid.uuid4().hex}"
             )
@@ -513,6 +513,15 @@ class Appender:
                 # the frame tag-pending and the next tag delete indexes it first.
                 log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
         return None, True
+
+    def _spill_threshold(self, requests: int) -> int:
+        """Frames above this go to S3. A frame of several requests (concurrent writers) may
+        spill sooner: past ~8 KB one S3 PUT costs less than the frame's write units."""
+        settings = self.core.settings
+        group = settings.group_spill_threshold_bytes
+        if requests > 1 and group:
+            return min(group, settings.spill_threshold_bytes)
+        return settings.spill_threshold_bytes
 
     def _frame_expiry_s(self, cfg: topic_config.TopicConfig, now: int) -> int | None:
         """Frames of the lossy classes carry a DynamoDB TTL well past their retention: the

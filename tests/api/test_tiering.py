@@ -236,3 +236,36 @@ def test_a_seal_that_loses_the_race_leaves_nothing_behind(
     assert services(b).upkeep._seal(head, now) is None
     assert services(b).upkeep.run("c").sealed == 1
     assert [r["data"]["i"] for r in read_all(b, "c")] == [i for i in range(40) if i % 3]
+
+
+def test_frames_below_a_floor_nothing_will_seal_past_are_collected_once(
+    make_client: MakeClient, aws: AwsClients, settings: Settings
+) -> None:
+    # GIVEN a sealed log whose every record is then deleted by a prefix delete before the
+    # sealer ran: nothing is left to seal, so trimming would never move past the frames
+    c = make_client(tiering=EAGER)
+    fill(c, "gone", 20, 5)
+    out = c.post(path("gone", "/delete"), json={"before_seq": 21}).json()
+    assert out["earliest_seq"] == 21
+    svc = services(c)
+    scans: list[tuple[int, int]] = []
+    real = svc.engine.tail.frame_summaries
+
+    def counted(head: Any, after: int, upto: int, limit: int) -> Any:
+        scans.append((after, upto))
+        return real(head, after, upto, limit)
+
+    svc.engine.tail.frame_summaries = counted  # type: ignore[method-assign]
+    # WHEN upkeep runs twice
+    svc.upkeep.run("gone")
+    first = list(scans)
+    svc.upkeep.run("gone")
+    # THEN the first run found the dead frames and marked them trimmed (left to their TTL,
+    # not deleted one by one), and the second run did not look for them again
+    assert first and first[0] == (0, 20)
+    assert scans == first
+    head = svc.engine.heads.get("gone")
+    assert head is not None and head.trimmed_through == 20
+    assert frames_not_left_to_ttl(aws, settings, "gone") == []
+    assert sorted(tail_frames(aws, settings, "gone")) == [1, 6, 11, 16]
+    assert read_all(c, "gone") == []

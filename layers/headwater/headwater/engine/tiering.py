@@ -282,12 +282,21 @@ class Upkeep:
         for seg in self.segments.after(head, 0, 64):
             if seg.last_seq < head.earliest_seq or seg.deleted_count >= seg.count:
                 dead.append(_Unit(seg.first_seq, seg.last_seq, 0, 0, seg.max_ts, segment=seg))
-        below = self.log.tail.frame_summaries(head, 0, head.earliest_seq - 1, 1000)
+        floor = head.earliest_seq - 1
+        below: list[FrameSummary] = []
+        if head.trimmed_through < floor:
+            below = self.log.tail.frame_summaries(head, head.trimmed_through, floor, 1000)
         for f in below:
             if f.last_seq < head.earliest_seq:
                 dead.append(_Unit(f.first_seq, f.last_seq, 0, 0, f.ts, frame=f))
         if dead:
             self._drop(head, dead, report)
+        if below and len(below) < 1000 and is_tiered(head):
+            # Every frame below the floor is dropped or left to its TTL: trimmed, so the
+            # next run does not find them again (a topic whose every record was deleted
+            # has nothing to seal, and its trim would never move past them).
+            if self.log.tail.set_trimmed(head, floor):
+                report.trimmed_through = floor
 
     # --- sealing ------------------------------------------------------------------------
     def _seal(self, head: Head, now: int) -> Head | None:

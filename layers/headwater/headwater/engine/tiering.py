@@ -291,12 +291,12 @@ class Upkeep:
                 dead.append(_Unit(f.first_seq, f.last_seq, 0, 0, f.ts, frame=f))
         if dead:
             self._drop(head, dead, report)
-        if below and len(below) < 1000 and is_tiered(head):
-            # Every frame below the floor is dropped or left to its TTL: trimmed, so the
-            # next run does not find them again (a topic whose every record was deleted
-            # has nothing to seal, and its trim would never move past them).
-            if self.log.tail.set_trimmed(head, floor):
-                report.trimmed_through = floor
+        # Every frame below the floor is dropped or left to its TTL: trimmed, so the next
+        # run does not find them again (a topic whose every record was deleted has nothing
+        # to seal, and its trim would never move past them).
+        complete = below and len(below) < 1000 and is_tiered(head)
+        if complete and self.log.tail.set_trimmed(head, floor):
+            report.trimmed_through = floor
 
     # --- sealing ------------------------------------------------------------------------
     def _seal(self, head: Head, now: int) -> Head | None:

@@ -94,14 +94,12 @@ def test_a_seal_stores_the_head_past_the_single_writes() -> None:
     asyncio.run(scenario())
 
 
-def test_an_append_that_loses_to_single_writes_steps_past_them_without_reading() -> None:
+def test_a_lost_race_steps_past_one_missed_frame_and_reads_past_more() -> None:
     async def scenario() -> None:
         async with processes(2, ManualClock()) as (a, b):
             acct = a.stores.account
             await a.engine.append(TOPIC, req(rec(x=0)))  # a caches the head (seq 1)
-            await b.engine.append(TOPIC, req(rec(x=1)))
-            for i in range(2, 5):  # b, from its own cache: three frames past a's view
-                await b.engine.append(TOPIC, req(rec(x=i)))
+            await b.engine.append(TOPIC, req(rec(x=1)))  # one frame past a's view
             reads: list[str] = []
             real_get = a.engine.core.heads.get
 
@@ -111,21 +109,25 @@ def test_an_append_that_loses_to_single_writes_steps_past_them_without_reading()
 
             a.engine.core.heads.get = counted  # type: ignore[method-assign]
             before = acct.calls["tail.commit_append"]
-            # WHEN a appends from its stale cache, without a key and then with one
-            got = await a.engine.append(TOPIC, req(rec(x=5)))
-            # THEN each lost race stepped past the frame that won it: no head read, one
-            # attempt per frame it had not seen, and the append lands after the newest
-            assert (got.first_seq, got.last_seq) == (6, 6)
-            assert acct.calls["tail.commit_append"] - before == 5
+            # WHEN a appends from its stale cache, one frame behind
+            got = await a.engine.append(TOPIC, req(rec(x=2)))
+            # THEN the lost race stepped past the winner's frame: no head read, two writes
+            assert (got.first_seq, got.last_seq) == (3, 3)
+            assert acct.calls["tail.commit_append"] - before == 2
             assert reads == []
-            await b.engine.append(TOPIC, req(rec(x=6)))
-            keyed = await a.engine.append(TOPIC, req(rec(x=7), key="k"))
-            assert (keyed.first_seq, keyed.last_seq) == (8, 8) and not keyed.deduped
-            assert reads == []
+            # WHEN b writes three frames past a's view and a appends (keyed: a transaction)
+            for i in range(3, 6):
+                await b.engine.append(TOPIC, req(rec(x=i)))
+            before = acct.calls["tail.commit_append"]
+            keyed = await a.engine.append(TOPIC, req(rec(x=6), key="k"))
+            # THEN one step, a second loss, then one read that skips to the tail
+            assert (keyed.first_seq, keyed.last_seq) == (7, 7) and not keyed.deduped
+            assert acct.calls["tail.commit_append"] - before == 3
+            assert reads == [TOPIC]
             # AND the transaction moved the stored item past every frame
             stored = acct.heads[TOPIC].head
-            assert (stored.head_seq, stored.count, stored.appended) == (8, 8, 8)
-            assert datas(await b.history(TOPIC)) == [{"x": i} for i in range(8)]
+            assert (stored.head_seq, stored.count, stored.appended) == (7, 7, 7)
+            assert datas(await b.history(TOPIC)) == [{"x": i} for i in range(7)]
 
     asyncio.run(scenario())
 

@@ -158,6 +158,11 @@ class Appender:
             head, conflicted, verified = outcome
             if conflicted:
                 conflicts += 1
+                if not verified and conflicts > 1:
+                    # Lost again after a step: more than one frame was missed (several
+                    # writers). A step moves one frame per billed write; a read skips to
+                    # the tail (docs/scale-model.md, slot-hop).
+                    head, verified = self.core.heads.get(topic), True
                 log.debug(
                     "append to %s lost race %d at %.2fs (%d requests, keyed %s)",
                     topic,

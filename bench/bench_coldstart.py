@@ -367,10 +367,15 @@ def _stats(values: list[float]) -> dict[str, Any]:
 
 
 # --- artifact sizes -----------------------------------------------------------------------
-def _tree_bytes(root: Path, *, shipped: bool = True) -> int:
+# Subpackages layers/headwater/Makefile leaves out of the built layer (template.yaml's
+# HeadwaterLayer builds with BuildMethod makefile; tests/infra/test_sam_build.py checks).
+LAYER_BUILD_EXCLUDES = ("dev",)
+
+
+def _tree_bytes(root: Path, *, shipped: bool = True, skip: tuple[Path, ...] = ()) -> int:
     total = 0
     for p in root.rglob("*"):
-        if not p.is_file():
+        if not p.is_file() or any(s in p.parents for s in skip):
             continue
         if shipped and (
             "__pycache__" in p.parts
@@ -440,6 +445,8 @@ def artifact_sizes(tpl: dict[str, Any], specs: list[FunctionSpec]) -> dict[str, 
         if res.get("Type") == "AWS::Serverless::LayerVersion"
     }
     layer_name, layer_props = next(iter(layers.items()))
+    metadata = tpl["Resources"][layer_name].get("Metadata") or {}
+    excludes = LAYER_BUILD_EXCLUDES if metadata.get("BuildMethod") == "makefile" else ()
     content = REPO / str(layer_props["ContentUri"])
     build = REPO / ".aws-sam" / "build"
     functions = {s.name: _tree_bytes(REPO / s.code_uri) for s in specs}
@@ -454,7 +461,10 @@ def artifact_sizes(tpl: dict[str, Any], specs: list[FunctionSpec]) -> dict[str, 
     requirements = content / "requirements.txt"
     dists = layer_closure(requirements)
     package_dirs = [p for p in content.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
-    own = {p.name: _tree_bytes(p) for p in package_dirs}
+    own = {p.name: _tree_bytes(p, skip=tuple(p / x for x in excludes)) for p in package_dirs}
+    out["left_out_by_build"] = [
+        f"{p.name}/{x}" for p in package_dirs for x in excludes if (p / x).is_dir()
+    ]
     computed = sum(d["bytes"] for d in dists.values()) + sum(own.values())
     out.setdefault("source", "computed: requirements closure in .venv + package source")
     out.setdefault("total_bytes", computed)
@@ -473,7 +483,7 @@ def artifact_sizes(tpl: dict[str, Any], specs: list[FunctionSpec]) -> dict[str, 
     ]
     for pkg in package_dirs:
         dev = pkg / "dev"
-        if dev.is_dir():
+        if dev.is_dir() and "dev" not in excludes:
             for f in sorted(dev.glob("*.py")):
                 flagged.append(
                     {

@@ -59,6 +59,10 @@ def test_sam_build_layer_serves_on_python312(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     layer = build_dir / "HeadwaterLayer" / "python"
     assert (layer / "headwater" / "http" / "app.py").exists()
+    # only what runs on Lambda ships: no local emulator or dev server, no bytecode caches
+    assert not (layer / "headwater" / "dev").exists()
+    assert not list((layer / "headwater").rglob("__pycache__"))
+    assert (layer / "fastapi").is_dir() and (layer / "shapely").is_dir()
     api = build_dir / "ApiFunction" / "handler.py"
     assert api.exists()
     # Invoke the built API handler on python3.12 with only the built layer + function code

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from headwater.dashboard.items import FIELDS as ITEM_FIELDS
 from headwater.engine.config import DEFAULTS as TOPIC_CONFIG
 from headwater.http.app import create_app
+from headwater.http.lazy_routes import load_all
 from headwater.notify.requests import REQUEST_FIELDS
 from headwater.settings import Settings
 
@@ -251,6 +252,7 @@ def _walk(routes: list[BaseRoute]) -> Iterator[BaseRoute]:
 
 def app_routes() -> list[tuple[str, str]]:
     app = create_app(Settings(resource_prefix="hw-routes"))
+    load_all(app)  # the surfaces' routes are imported on first use
     out: set[tuple[str, str]] = set()
     for r in _walk(app.routes):
         path = getattr(r, "path", "")

@@ -29,6 +29,7 @@ from headwater.errors import HeadwaterError
 from headwater.flags.errors import FlagError
 from headwater.http import api_docs
 from headwater.http.app import create_app
+from headwater.http.lazy_routes import load_all
 from headwater.http.responses import error_response
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
@@ -71,7 +72,9 @@ def walk(routes: list[BaseRoute]) -> Iterator[BaseRoute]:
 
 @pytest.fixture(scope="module")
 def app() -> Any:
-    return create_app(Settings(resource_prefix="hw-openapi"))
+    app = create_app(Settings(resource_prefix="hw-openapi"))
+    load_all(app)  # the surfaces' routes are imported on first use
+    return app
 
 
 @pytest.fixture(scope="module")

@@ -49,6 +49,7 @@ from tenant_helpers import (
 from test_ws import assert_ws_error, recv, request, send
 
 from headwater.http.app import create_app
+from headwater.http.lazy_routes import load_all
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
 
@@ -871,6 +872,7 @@ def app_routes(routes: list[BaseRoute]) -> set[tuple[str, str]]:
 
 def test_every_route_has_a_matrix_entry(settings: Settings, aws: AwsClients) -> None:
     app = create_app(settings, aws)
+    load_all(app)  # the surfaces' routes are imported on first use
     served = app_routes(list(app.routes))
     assert ("PUT", "/v0/topics/{topic}") in served and WS_ROUTE in served  # the walk works
     covered = {c.route for c in CASES} | {WS_ROUTE}

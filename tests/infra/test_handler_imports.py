@@ -29,6 +29,11 @@ HEAVY = (
     "headwater.dashboard.service",
 )
 SURFACES = {m for m in HEAVY if m.endswith(".service")}
+# each surface's routes, imported on its first request (http/lazy_routes.py)
+ROUTES = tuple(
+    f"headwater.http.{m}"
+    for m in ("v0", "v1", "queue", "watch", "routers", "notifications", "flags", "dashboard")
+)
 
 PROBE = """
 import json, sys
@@ -48,7 +53,7 @@ def _loaded(function: str) -> list[str]:
         "AWS_DEFAULT_REGION": "us-east-1",
     }
     out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=repr(HEAVY))],
+        [sys.executable, "-c", PROBE.format(heavy=repr(HEAVY + ROUTES))],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -66,11 +71,14 @@ def test_a_background_function_loads_no_web_framework_geometry_or_surface(functi
 
 
 def test_the_api_function_loads_its_web_framework_but_no_geometry() -> None:
-    # It serves every surface (until they are imported on first use, all of their code);
-    # shapely and numpy wait for the first spatial notification filter.
+    # It serves every surface, each imported on its first request; shapely and numpy wait
+    # for the first spatial notification filter.
     loaded = set(_loaded("api"))
     assert {"fastapi", "headwater.services"} <= loaded  # what the probe must see
     assert not loaded & {"shapely", "numpy", "aws_xray_sdk"}
+    # no surface's routes or code: each is imported on its first request
+    assert not loaded & set(ROUTES)
+    assert not loaded & SURFACES
 
 
 def test_the_websocket_function_loads_no_web_framework_or_geometry() -> None:

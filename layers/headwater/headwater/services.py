@@ -201,7 +201,7 @@ class Services:
         if schema is None:
             # An s3:// schema is read here, through the app's clients (a file was read by
             # create_app already); a bad one raises ConfigurationError.
-            from headwater.notify.service import load_notification_schema
+            from headwater.notify.schema import load_notification_schema
             from headwater.storage.blobs import read_object
 
             s3 = core.clients.s3

@@ -209,7 +209,9 @@ def build(app: FastAPI) -> dict[str, Any]:
     from fastapi.routing import iter_route_contexts
 
     from headwater.http import v1
+    from headwater.http.lazy_routes import load_all
 
+    load_all(app)  # every surface's routes, not only those requests have used so far
     with warnings.catch_warnings():
         # one route, five methods (/v1/stream/...): FastAPI warns that they share an
         # operation id; they get one each below

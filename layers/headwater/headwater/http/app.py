@@ -14,31 +14,16 @@ from starlette.middleware.cors import CORSMiddleware
 
 from headwater import __version__
 from headwater.console import ConsoleRoute
-from headwater.flags.tokens import load_tokens
-from headwater.http import (
-    api_docs,
-    dashboard,
-    errors,
-    flags,
-    notifications,
-    probes,
-    queue,
-    rollups,
-    routers,
-    v0,
-    v1,
-    watch,
-    ws,
-)
+from headwater.http import api_docs, errors, probes
 from headwater.http.auth import KeyStore
 from headwater.http.aviso import RequestIdMiddleware
 from headwater.http.compression import GZipUnlessCompressed
+from headwater.http.lazy_routes import on_first_use
 from headwater.http.limits import InflightLimit
 from headwater.http.paths import EncodedSlashGuard
-from headwater.http.responses import BrowserSafety, TimingMiddleware
+from headwater.http.responses import BrowserSafety, NoCorsForEvents, TimingMiddleware
 from headwater.index.local import LocalIndexer
-from headwater.notify.schema import NotificationSchema
-from headwater.notify.service import load_notification_schema
+from headwater.notify.schema import NotificationSchema, load_notification_schema
 from headwater.services import LazyServices
 from headwater.settings import ENV_API_KEYS, ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.clients import AwsClients
@@ -66,7 +51,11 @@ def create_app(
     if not settings.notify.schema.startswith("s3://"):
         schema = load_notification_schema(settings.notify.schema, None)
     # Flag tokens given inline or as a file are parsed now too: a bad file refuses to start.
-    flag_tokens = load_tokens(settings.flags.tokens_raw) if settings.flags.tokens_raw else None
+    flag_tokens = None
+    if settings.flags.tokens_raw:
+        from headwater.flags.tokens import load_tokens
+
+        flag_tokens = load_tokens(settings.flags.tokens_raw)
     lazy = LazyServices(settings, clients, keys, parameter_name, schema, flag_tokens)
 
     @asynccontextmanager
@@ -109,18 +98,15 @@ def create_app(
     app.state.services = lazy
     errors.install(app)
     app.include_router(probes.router)
-    # /v1 first after the probes: routers are matched in order and the Durable Streams
-    # routes carry the most requests per second (the prefixes do not overlap)
-    app.include_router(v1.router)
-    app.include_router(v0.router)
-    app.include_router(rollups.router)
-    app.include_router(queue.router)
-    app.include_router(watch.router)
-    app.include_router(routers.router)
-    app.include_router(ws.router)
-    app.include_router(notifications.router)
-    app.include_router(flags.router)
-    app.include_router(dashboard.router)
+    # Each surface's routes are imported on its first request (http/lazy_routes.py). /v1
+    # first after the probes: routes are matched in order and the Durable Streams routes
+    # carry the most requests per second (the prefixes do not overlap).
+    http = "headwater.http."
+    on_first_use(app, ("/v1/",), http + "v1")
+    v0 = ("v0", "rollups", "queue", "watch", "routers", "ws")
+    on_first_use(app, ("/v0/",), *(http + m for m in v0))
+    on_first_use(app, ("/api/v1/",), http + "notifications", http + "flags")
+    on_first_use(app, ("/api/v2/",), http + "dashboard")
     api_docs.install(app)  # GET /openapi.json and /docs (Swagger UI, no CDN)
     app.routes.append(ConsoleRoute())  # /console: the web console (docs/console.md)
     app.add_middleware(InflightLimit)
@@ -134,7 +120,7 @@ def create_app(
         allow_headers=["*"],
         expose_headers=["*"],
     )
-    app.add_middleware(flags.NoCorsForEvents)  # outside CORS: /api/v1/events emits none
+    app.add_middleware(NoCorsForEvents)  # outside CORS: /api/v1/events emits none
     app.add_middleware(BrowserSafety)
     app.add_middleware(TimingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # outermost: every /api/v1 response carries it

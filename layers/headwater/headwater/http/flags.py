@@ -21,7 +21,6 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from headwater import jsoncodec
 from headwater.flags.errors import QueryTooLong, RateLimitExceeded, unknown_namespace
@@ -60,21 +59,6 @@ ETAG = {"ETag": '"v<version>" (the closure: "v<version>-<closure_hash>")'}
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(jsoncodec.dumps(body), status, headers=headers, media_type="application/json")
-
-
-class NoCorsForEvents:
-    """The spec: /api/v1/events accepts requests with an Origin header but emits no
-    Access-Control-Allow-Origin (browsers are not a target). Installed outside the CORS
-    middleware, it hides the Origin header from it on that path."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == EVENTS_PATH:
-            headers = [(k, v) for k, v in scope["headers"] if k != b"origin"]
-            scope = {**scope, "headers": headers}
-        await self.app(scope, receive, send)
 
 
 # --- manifests -----------------------------------------------------------------------------

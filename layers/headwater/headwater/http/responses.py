@@ -111,3 +111,18 @@ def error_response(request: Request, exc: HeadwaterError) -> Response:
         body = dumps({"error": {"code": exc.code, "message": exc.message}})
         return Response(body, exc.status, headers=headers, media_type="application/json")
     return json_response(request, error_body(exc), exc.status, headers=headers)
+
+
+class NoCorsForEvents:
+    """The spec: /api/v1/events accepts requests with an Origin header but emits no
+    Access-Control-Allow-Origin (browsers are not a target). Installed outside the CORS
+    middleware, it hides the Origin header from it on that path."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == flag_errors.EVENTS_PATH:
+            headers = [(k, v) for k, v in scope["headers"] if k != b"origin"]
+            scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)

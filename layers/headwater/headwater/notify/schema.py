@@ -515,3 +515,11 @@ def _storage_policy(spec: Any, fail: Fail) -> Mapping[str, Any] | None:
     if unknown:
         raise fail(f"unknown key(s): {', '.join(unknown)}", option="storage_policy")
     return dict(spec)
+
+
+def load_notification_schema(location: str, fetch_s3: S3Fetch | None) -> NotificationSchema:
+    """The configured schema; no location means none configured (every event type is
+    unknown). Raises `SchemaError` (a ConfigurationError: the server refuses to start)."""
+    if not location:
+        return NotificationSchema.unconfigured()
+    return load_schema(location, fetch_s3=fetch_s3)

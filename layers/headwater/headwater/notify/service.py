@@ -17,20 +17,14 @@ from headwater.notify.errors import RequestKind
 from headwater.notify.match import CompiledFilter
 from headwater.notify.numbers import wire_json
 from headwater.notify.requests import Notification, StreamRequest
-from headwater.notify.schema import NotificationSchema, S3Fetch, load_schema
+from headwater.notify.schema import NotificationSchema, load_notification_schema
 from headwater.notify.store import NotificationStore, Stored
 from headwater.notify.stream import NotificationStream, StartAt
 from headwater.settings import NotifySettings
 
+__all__ = ["NotificationService", "load_notification_schema"]
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def load_notification_schema(location: str, fetch_s3: S3Fetch | None) -> NotificationSchema:
-    """The configured schema; no location means none configured (every event type is
-    unknown). Raises `SchemaError` (a ConfigurationError: the server refuses to start)."""
-    if not location:
-        return NotificationSchema.unconfigured()
-    return load_schema(location, fetch_s3=fetch_s3)
 
 
 def instant_ms(moment: datetime) -> int:

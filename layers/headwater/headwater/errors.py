@@ -127,3 +127,12 @@ class OutcomeUnknown(StorageUnavailable):
 
 class BlobNotFound(StorageUnavailable):
     """An object that should exist does not (a segment dropped under a reader)."""
+
+
+def error_body(exc: HeadwaterError) -> dict[str, Any]:
+    """The /v0 error envelope (and the WebSocket error frame's): {"error": {code, message,
+    detail?}}."""
+    err: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.detail is not None:
+        err["detail"] = exc.detail
+    return {"error": err}

@@ -9,14 +9,14 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-
-from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from typing import TYPE_CHECKING
 
 from headwater.engine.quotas import cap_hit
 from headwater.errors import HeadwaterError, Unauthorized
-from headwater.http.responses import error_response
 from headwater.settings import Caps
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 class Slot:
@@ -120,6 +120,12 @@ class InflightLimit:
         if not svc.keys.enabled or not svc.settings.caps.max_inflight_per_key:
             await self.app(scope, receive, send)
             return
+        # imported here: Services (every function's) holds ConnectionLimits, and only the
+        # HTTP functions run this middleware
+        from starlette.requests import Request
+
+        from headwater.http.responses import error_response
+
         request = Request(scope)
         try:
             principal = svc.keys.authenticate(request.headers.get("authorization"))

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headwater import jsoncodec
-from headwater.errors import HeadwaterError
+from headwater.errors import HeadwaterError, error_body
 from headwater.http import aviso, dashboard_errors, flag_errors
 
 T0_KEY = "headwater.t0"
@@ -84,13 +84,6 @@ def json_response(
         spliced = b",".join(dumps(k) + b":" + v for k, v in raw.items())
         encoded = b"{" + spliced + b"," + encoded[1:]
     return Response(encoded, status, headers=headers, media_type="application/json")
-
-
-def error_body(exc: HeadwaterError) -> dict[str, Any]:
-    err: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    if exc.detail is not None:
-        err["detail"] = exc.detail
-    return {"error": err}
 
 
 def error_response(request: Request, exc: HeadwaterError) -> Response:

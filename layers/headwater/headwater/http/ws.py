@@ -19,9 +19,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from headwater import jsoncodec
 from headwater.engine.watch import TopicFeed
-from headwater.errors import HeadwaterError, Throttled, Unauthorized
+from headwater.errors import HeadwaterError, Throttled, Unauthorized, error_body
 from headwater.http.auth import Principal
-from headwater.http.responses import elapsed_ms, error_body
+from headwater.http.responses import elapsed_ms
 from headwater.http.sse import Outbox
 from headwater.http.ws_commands import Commands
 from headwater.http.ws_frames import error_frame, event_frame

@@ -201,7 +201,16 @@ def _emit_request_metrics(status: int, duration_ms: float) -> None:
 
 
 def stream_app() -> Any:
-    """The app StreamFunction's uvicorn serves (run.sh: --factory headwater.obs:stream_app)."""
-    from headwater.http.app import create_app
+    """The app StreamFunction's uvicorn serves (run.sh: --factory headwater.obs:stream_app).
+    As the handlers do, the import and build run with the cyclic GC paused, and what they
+    made is frozen out of later collections."""
+    import gc
 
-    return RequestContext(create_app())
+    gc.disable()
+    try:
+        from headwater.http.app import create_app
+
+        return RequestContext(create_app())
+    finally:
+        gc.freeze()
+        gc.enable()

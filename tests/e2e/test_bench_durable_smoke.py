@@ -81,6 +81,17 @@ def test_bench_durable_tiny_run_against_the_reference_servers(tmp_path: Path) ->
         assert read["per_run"][0]["bytes"] >= 50 * 100
         assert _positive(read["msg_per_s"])
 
-    # Headwater ran against both: every ratio is a positive number
+    # Headwater ran against both: every ratio is a positive number, CPU per operation too
     for wl, row in result["ratios"].items():
         assert _positive(row["headwater/ref-file"]) and _positive(row["headwater/ref-mem"]), wl
+        # our CPU per operation over the reference's (None where a tiny run spent less than
+        # one of /proc's 10 ms ticks)
+        cpu = {t: w[wl][t]["cpu_ms_per_op"]["server"] for t in ("ref-file", "headwater")}
+        want = cpu["headwater"] / cpu["ref-file"] if cpu["headwater"] and cpu["ref-file"] else None
+        assert row["cpu headwater/ref-file"] == (pytest.approx(want) if want else None), wl
+    # the storage floor of a round trip: the bare calls, timed, beside Headwater's round trip
+    floor = w["latency"]["headwater"]["storage_floor"]
+    assert floor["rounds"] == 5 and _positive(floor["p50_ms"]) and _positive(floor["cpu_ms_per_op"])
+    over = result["ratios"]["latency"]["p50 over storage floor ms"]
+    assert over == pytest.approx(w["latency"]["headwater"]["p50_ms"] - floor["p50_ms"])
+    assert result["ratios"]["latency"]["goals"]["floor + 3 ms"] == (over <= 3.0)

@@ -251,16 +251,23 @@ class HeadwaterTarget:
 
 
 def storage_floor(emu: Any, rounds: int, warmup: int, msg_bytes: int) -> dict[str, Any]:
-    """The bare boto3 calls one append -> long-poll round trip needs, against the same
-    emulator the Headwater server uses, from this process: the append's TransactWriteItems (the
-    stream's head item updated on its condition, the frame put if its key is free) and the
-    reader's strongly consistent head GetItem. Nothing else: no HTTP server, no engine. Wall
-    time per round (p50/p95/p99) and this process's CPU per round."""
+    """The storage calls one append -> long-poll round trip needs, made from this process
+    against the same emulator the Headwater server uses, through the same storage adapter
+    (so the requests have the server's exact shape: its update and condition expressions, its
+    items): the reader's strongly consistent head read (a GetItem: a stream's head is its
+    item) and the append's guarded TransactWriteItems (head + frame). No HTTP server, no
+    engine. Wall time per round (p50/p95/p99) and this process's CPU per round."""
+    import dataclasses
+
     import boto3
 
+    from headwater.engine.ports import AppendCommit, Head
+    from headwater.engine.records import NewRecord, compress_frame, encode_records
     from headwater.settings import Settings
+    from headwater.storage.blobs import S3BlobStore
     from headwater.storage.bootstrap import ensure_resources
     from headwater.storage.clients import AwsClients, client_config
+    from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
 
     env = emu.env()
     settings = Settings(resource_prefix=f"floor-{uuid.uuid4().hex[:8]}")
@@ -275,64 +282,66 @@ def storage_floor(emu: Any, rounds: int, warmup: int, msg_bytes: int) -> dict[st
         url = env.get(f"AWS_ENDPOINT_URL_{service.upper()}") or env.get("AWS_ENDPOINT_URL")
         return session.client(service, endpoint_url=url, config=config)
 
-    ddb = client("dynamodb")
-    ensure_resources(settings, AwsClients(dynamodb=ddb, s3=client("s3")))
-    heads, log = settings.table_name("heads"), settings.table_name("log")
+    clients = AwsClients(dynamodb=client("dynamodb"), s3=client("s3"))
+    ensure_resources(settings, clients)
+    heads = DynamoHeadStore(clients.dynamodb, settings)
+    tail = DynamoLogTailStore(clients.dynamodb, settings, S3BlobStore(clients.s3, ""))
     topic = "~ds/floor"
-    ext = json.dumps({"ct": OCTET})
-    ddb.put_item(
-        TableName=heads,
-        Item={"pk": {"S": topic}, "ep": {"N": "1"}, "hs": {"N": "0"}, "x": {"S": ext}},
-    )
-    blob = bytes([42]) * msg_bytes
-    wall: list[float] = []
-    cpu0 = 0.0
-    for i in range(warmup + rounds):
-        if i == warmup:
-            cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        ddb.transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": heads,
-                        "Key": {"pk": {"S": topic}},
-                        "UpdateExpression": "SET hs = :n, x = :x",
-                        "ConditionExpression": "ep = :ep AND hs = :h AND x = :x",
-                        "ExpressionAttributeValues": {
-                            ":n": {"N": str(i + 1)},
-                            ":h": {"N": str(i)},
-                            ":ep": {"N": "1"},
-                            ":x": {"S": ext},
-                        },
-                    }
-                },
-                {
-                    "Put": {
-                        "TableName": log,
-                        "Item": {
-                            "pk": {"S": f"{topic}#1"},
-                            "sk": {"N": str(i + 1)},
-                            "ls": {"N": str(i + 1)},
-                            "rb": {"B": blob},
-                        },
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                },
-            ],
-            ClientRequestToken=uuid.uuid4().hex,
+    ext = json.dumps({"ct": OCTET, "cr": 1})
+    rec = NewRecord(data="*" * msg_bytes, size=msg_bytes)
+    blob = compress_frame(encode_records([rec]))
+    now = int(time.time() * 1000)
+
+    def commit(expected: Head | None, new_head: Head | None, seq: int) -> AppendCommit:
+        return AppendCommit(
+            topic=topic,
+            expected=expected,
+            new_head=new_head,
+            first_seq=seq,
+            last_seq=seq,
+            ts=now,
+            blob=blob,
+            spill_key=None,
+            payload_bytes=msg_bytes,
+            tag_entries=[],
+            tag_pending=False,
+            idem=[],
+            ext_expected=None if expected is None else expected.ext,
+            ext_new=None if expected is None else expected.ext,
+            appended=seq,
+            appended_bytes=seq * msg_bytes,
         )
-        ddb.get_item(TableName=heads, Key={"pk": {"S": topic}}, ConsistentRead=True)
+
+    first = Head(topic, 1, created_ms=now, ext=ext)
+    created = dataclasses.replace(
+        first, head_seq=1, count=1, bytes=msg_bytes, appended=1, appended_bytes=msg_bytes
+    )
+    tail.commit_append(commit(None, created, 1))
+    append_ms: list[float] = []
+    read_ms: list[float] = []
+    cpu = 0.0
+    for i in range(warmup + rounds):
+        c0, t0 = time.process_time(), time.perf_counter()
+        head = heads.get(topic)  # the reader's head read (strongly consistent)
+        t1 = time.perf_counter()
+        assert head is not None
+        tail.commit_append(commit(head, None, head.head_seq + 1))  # the append
+        t2 = time.perf_counter()
         if i >= warmup:
-            wall.append((time.perf_counter() - t0) * 1000)
-    cpu_ms = (time.process_time() - cpu0) * 1000 / rounds
+            read_ms.append((t1 - t0) * 1000)
+            append_ms.append((t2 - t1) * 1000)
+            cpu += time.process_time() - c0
+    # The timed round trip (from the POST's start) holds the append's call only: the reader
+    # read the head when its long-poll arrived, before the POST.
     return {
-        "calls": "1 TransactWriteItems + 1 GetItem (strongly consistent)",
+        "calls": "the append's TransactWriteItems (the server's request)",
         "rounds": rounds,
-        "p50_ms": percentile(wall, 50),
-        "p95_ms": percentile(wall, 95),
-        "p99_ms": percentile(wall, 99),
-        "cpu_ms_per_op": cpu_ms,
+        "p50_ms": percentile(append_ms, 50),
+        "p95_ms": percentile(append_ms, 95),
+        "p99_ms": percentile(append_ms, 99),
+        "read_p50_ms": percentile(read_ms, 50),
+        "cpu_ms_per_op": cpu * 1000 / rounds,
+        "cpu_note": "this process's CPU for both calls (the head GetItem and the append)",
     }
 
 
@@ -858,8 +867,10 @@ def render(result: Mapping[str, Any]) -> str:
         over = hw["p50_ms"] - floor["p50_ms"]
         lines += [
             "",
-            f"Storage floor of one round trip ({floor['calls']}, bare boto3 against the same "
-            f"emulator): p50 {floor['p50_ms']:.2f} ms, {floor['cpu_ms_per_op']:.3f} ms CPU. "
+            f"Storage floor of one round trip ({floor['calls']}, made from the bench process "
+            f"through the storage adapter against the same emulator): p50 "
+            f"{floor['p50_ms']:.2f} ms (the reader's head GetItem, before the timed window: "
+            f"{floor['read_p50_ms']:.2f} ms; both calls {floor['cpu_ms_per_op']:.3f} ms CPU). "
             f"Headwater's round trip p50 {hw['p50_ms']:.2f} ms is {over:.2f} ms above it "
             f"(target <= 3 ms: {'met' if over <= 3.0 else 'MISSED'}).",
         ]
@@ -930,8 +941,9 @@ def run(
                     )
                     f = r["storage_floor"]
                     log(
-                        f"  {'floor':9s} p50_ms {f['p50_ms']:.2f} ms; the bare storage calls "
-                        f"({f['calls']}), {f['cpu_ms_per_op']:.3f} ms CPU/op"
+                        f"  {'floor':9s} p50_ms {f['p50_ms']:.2f} ms: {f['calls']} alone "
+                        f"(+ head GetItem {f['read_p50_ms']:.2f} ms), {f['cpu_ms_per_op']:.3f} ms "
+                        "CPU for both"
                     )
                 workloads[wl][name] = r
                 if r["ok"]:

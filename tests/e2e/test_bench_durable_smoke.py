@@ -91,7 +91,8 @@ def test_bench_durable_tiny_run_against_the_reference_servers(tmp_path: Path) ->
         assert row["cpu headwater/ref-file"] == (pytest.approx(want) if want else None), wl
     # the storage floor of a round trip: the bare calls, timed, beside Headwater's round trip
     floor = w["latency"]["headwater"]["storage_floor"]
-    assert floor["rounds"] == 5 and _positive(floor["p50_ms"]) and _positive(floor["cpu_ms_per_op"])
+    assert floor["rounds"] == 5 and _positive(floor["p50_ms"]) and _positive(floor["read_p50_ms"])
+    assert floor["p50_ms"] <= floor["p99_ms"] and _positive(floor["cpu_ms_per_op"])
     over = result["ratios"]["latency"]["p50 over storage floor ms"]
     assert over == pytest.approx(w["latency"]["headwater"]["p50_ms"] - floor["p50_ms"])
     assert result["ratios"]["latency"]["goals"]["floor + 3 ms"] == (over <= 3.0)

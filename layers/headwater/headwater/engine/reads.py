@@ -57,13 +57,23 @@ class DiffReader:
                 poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
                 if head is None or head.deleted:
                     raise TopicNotFound(topic)
-                if head.head_seq <= start:
+                if head.head_seq <= start and self._ours_past(topic, head.epoch, start) is None:
                     continue
             req2 = dataclasses.replace(req, from_seq=start, wait_ms=0)
             result = await c.io(self.diff_sync, topic, req2)
             if result.records or not result.caught_up:
                 return result
             start = result.next_from_seq
+
+    def _ours_past(self, topic: str, epoch: int, seq: int) -> Head | None:
+        """This process's last committed head of `topic`, when it is past `seq` in `epoch`.
+        A waiter polling storage is not waiting on the notifier, so the wake-up of a commit
+        that lands meanwhile finds no one; checking here keeps it from waiting a whole poll
+        interval more for data this process just wrote."""
+        head = self.core.head_cache.get(topic)
+        if head is None or head.deleted or head.epoch != epoch or head.head_seq <= seq:
+            return None
+        return head
 
     def diff_sync(self, topic: str, req: DiffRequest, known: Head | None = None) -> DiffResult:
         """One diff on the calling thread, from `known` when given (else a strong read)."""
@@ -199,11 +209,15 @@ class DiffReader:
             if remaining <= 0:
                 return None
             woke = await c.notifier.wait(topic, min(poll, remaining))
-            head = c.head_cache.get(topic) if woke else None
-            if head is None or head.epoch != seen.epoch or head.head_seq <= seen.head_seq:
+            head = self._ours_past(topic, seen.epoch, seen.head_seq)
+            if head is None:
                 # Not this process's commit (or a delete): read it (eventually consistent
                 # while polling; other processes' writes are seen within a poll interval).
                 head = await c.io(partial(c.heads.get, topic, consistent=woke))
+                ours = self._ours_past(topic, seen.epoch, seen.head_seq)
+                if ours is not None and head is not None and head.epoch == ours.epoch:
+                    # a commit of ours landed while we read (its wake-up found no waiter)
+                    head = ours if ours.head_seq > head.head_seq else head
             if not woke:
                 poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
             if (

@@ -155,8 +155,12 @@ def test_per_key_stream_cap_with_auth(start_servers: Callable[..., list[ServerPr
             _error(refused, 429, "max_sse_connections_per_key", 1)
             with open_stream(http, f"{base}/v0/watch/{w2}", h2):
                 pass  # another key has its own allowance
-        with open_stream(http, f"{base}/v0/watch/{w1[1]}", h1):
-            pass  # the first stream's close gave the key its slot back
+        # the first stream's close gives the key its slot back, once the server has seen the
+        # disconnect (a request sent right after the close can still find the slot held)
+        deadline = time.monotonic() + 10
+        while _stream_status(base, w1[1], h1) != 200:
+            assert time.monotonic() < deadline, "the closed stream kept its key's slot"
+            time.sleep(0.1)
 
 
 def _record_seqs(frames: list[tuple[str | None, str, Any]]) -> list[int]:

@@ -21,6 +21,7 @@ from adapter_helpers import (
 )
 
 from headwater.engine.ports import (
+    AppendCommit,
     AppendRejected,
     Checkpoint,
     DeleteCommit,
@@ -47,6 +48,13 @@ def _single(b: Backend, head: Head, n: int, **kw: object) -> Head:
     got = b.heads.get(head.topic)
     assert got is not None
     return got
+
+
+def _rejected(b: Backend, commit: AppendCommit) -> AppendRejected:
+    """The rejection `commit` meets (it must meet one)."""
+    with pytest.raises(AppendRejected) as rej:
+        b.tail.commit_append(commit)
+    return rej.value
 
 
 def test_a_single_write_appends_the_frame_and_reads_see_it(backend: Backend) -> None:
@@ -78,11 +86,10 @@ def test_a_single_write_on_a_stale_head_steps_past_the_frame_that_beat_it(
     head = create_topic(backend, "t", 1)
     current = _single(backend, head, 2)
     # WHEN a single write lands on the key another single write took
-    with pytest.raises(AppendRejected) as rej:
-        backend.tail.commit_append(append_commit(head, recs(1), single=True, expires_s=TTL_S))
+    rej = _rejected(backend, append_commit(head, recs(1), single=True, expires_s=TTL_S))
     # THEN it is a conflict that answers the head stepped past that frame, without a read
-    assert rej.value.head_conflict and rej.value.stepped
-    assert rej.value.current_head == current
+    assert rej.head_conflict and rej.stepped
+    assert rej.current_head == current
     assert backend.heads.get("t") == current
 
 
@@ -91,16 +98,12 @@ def test_a_step_is_a_guess_that_more_frames_may_stand_past(backend: Backend) -> 
     one = _single(backend, head, 2)  # frame 2..3
     two = _single(backend, one, 3)  # frame 4..6
     # WHEN two writers started from `head`: the step goes past the frame at its key only
-    with pytest.raises(AppendRejected) as rej:
-        backend.tail.commit_append(append_commit(head, recs(1), single=True, expires_s=TTL_S))
-    step = rej.value.current_head
-    assert rej.value.stepped and step == one
+    rej = _rejected(backend, append_commit(head, recs(1), single=True, expires_s=TTL_S))
+    step = rej.current_head
+    assert rej.stepped and step == one
     # AND the retry on it steps again, then lands after the newest frame
-    with pytest.raises(AppendRejected) as again:
-        backend.tail.commit_append(
-            append_commit(step, recs(1, start=3), single=True, expires_s=TTL_S)
-        )
-    assert again.value.stepped and again.value.current_head == two
+    again = _rejected(backend, append_commit(step, recs(1, start=3), single=True, expires_s=TTL_S))
+    assert again.stepped and again.current_head == two
     assert (
         backend.tail.commit_append(
             append_commit(two, recs(1, start=6), single=True, expires_s=TTL_S)
@@ -117,11 +120,10 @@ def test_a_transaction_beaten_to_its_key_by_a_single_write_steps_past_it(
     head = create_topic(backend, "t", 2)
     current = _single(backend, head, 2)
     # WHEN a transactional append (the head item unmoved, its frame key taken) is cancelled
-    with pytest.raises(AppendRejected) as rej:
-        backend.tail.commit_append(append_commit(head, recs(1, start=2)))
+    rej = _rejected(backend, append_commit(head, recs(1, start=2)))
     # THEN it steps past the single write's frame, and wrote nothing
-    assert rej.value.head_conflict and rej.value.stepped and not rej.value.idem_hits
-    assert rej.value.current_head == current
+    assert rej.head_conflict and rej.stepped and not rej.idem_hits
+    assert rej.current_head == current
     assert backend.heads.get("t") == current
     # AND the transaction on the stepped head commits, the stored item moved past both
     assert backend.tail.commit_append(append_commit(current, recs(1, start=4))) is False
@@ -133,11 +135,10 @@ def test_a_frame_a_transaction_wrote_is_not_stepped_past(backend: Backend) -> No
     head = create_topic(backend, "t", 1)
     moved = append(backend, head, recs(2, start=1))  # a transaction: the item moved with it
     # WHEN a single write on the head before it finds that frame at its key
-    with pytest.raises(AppendRejected) as rej:
-        backend.tail.commit_append(append_commit(head, recs(1), single=True, expires_s=TTL_S))
+    rej = _rejected(backend, append_commit(head, recs(1), single=True, expires_s=TTL_S))
     # THEN the head is read (the item and its ext belong with that frame), not guessed
-    assert rej.value.head_conflict and not rej.value.stepped
-    assert rej.value.current_head == moved
+    assert rej.head_conflict and not rej.stepped
+    assert rej.current_head == moved
 
 
 def test_a_transaction_after_single_writes_stores_the_head_past_them(backend: Backend) -> None:

@@ -136,16 +136,18 @@ def _bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     return raw.strip().lower() in TRUE_WORDS
 
 
-def _spill(env: Mapping[str, str], name: str = ENV_SPILL_BYTES) -> int:
-    default = DEFAULT_SPILL_BYTES if name == ENV_SPILL_BYTES else 0
+def _spill(env: Mapping[str, str], name: str, default: int) -> int:
+    """A spill threshold in bytes: 1024 up to what fits in an item, or 0 (off) when that is
+    its default."""
     value = _int(env, name, default, 0)
     if value > MAX_INLINE_FRAME_BYTES:
         raise ConfigurationError(
             f"{name} must be <= {MAX_INLINE_FRAME_BYTES} (DynamoDB's item limit)"
         )
-    if value < 1024 and (value or name == ENV_SPILL_BYTES):
+    off_allowed = default == 0
+    if value < 1024 and not (value == 0 and off_allowed):
         raise ConfigurationError(
-            f"{name} must be >= 1024" + (" (or 0: off)" if default == 0 else "")
+            f"{name} must be >= 1024" + (" (or 0: off)" if off_allowed else "")
         )
     return value
 
@@ -467,8 +469,8 @@ class Settings:
             group_commit_max_records=_int(e, ENV_GROUP_MAX_RECORDS, 10_000, 1),
             single_write_appends=_bool(e, ENV_SINGLE_WRITE, True),
             frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 128 << 20, 0),
-            spill_threshold_bytes=_spill(e),
-            group_spill_threshold_bytes=_spill(e, ENV_GROUP_SPILL_BYTES),
+            spill_threshold_bytes=_spill(e, ENV_SPILL_BYTES, DEFAULT_SPILL_BYTES),
+            group_spill_threshold_bytes=_spill(e, ENV_GROUP_SPILL_BYTES, 0),
             max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),
             watch_session_ttl_ms=_int(e, ENV_WATCH_SESSION_TTL_MS, 300_000, 1000),
             watch_max_stream_sec=_watch_max_stream(e),

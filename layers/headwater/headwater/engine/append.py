@@ -334,8 +334,8 @@ class Appender:
         creator: int | None,
         guard: GuardState | None = None,
     ) -> tuple[Retry | None, bool]:
-        """Write the admitted requests as one frame: ((retry head, conflicted) or None when
-        settled, whether the frame committed)."""
+        """Write the admitted requests as one frame: (the Retry, or None when settled;
+        whether the frame committed)."""
         # Append time never goes back on a topic (several processes, skewed clocks); an
         # append-time hint may pick an earlier time than now, but not one before the last.
         hints = [h for i in admitted if (h := reqs[i].ts_hint) is not None]

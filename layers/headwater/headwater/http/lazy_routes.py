@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import Receive, Scope, Send
 
 _lock = threading.Lock()
@@ -35,8 +35,6 @@ class LazyRoutes(BaseRoute):
         return Match.NONE, {}
 
     def url_path_for(self, name: str, /, **path_params: Any) -> Any:
-        from starlette.routing import NoMatchFound
-
         raise NoMatchFound(name, path_params)
 
     def load(self) -> None:

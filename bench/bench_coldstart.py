@@ -40,6 +40,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -54,6 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "template.yaml"
 OUT = REPO / "bench" / "results" / "latest-coldstart.json"
 TARGET_RATIO = 1.3
+NO_BYTECODE_RUNS = 3  # runs of the import without bytecode (it only shows what .pyc saves)
 STACK = "headwater-bench"
 REGION = "us-east-1"
 LAMBDA_RUNTIME_PY = "3.12"
@@ -372,14 +374,33 @@ def _stats(values: list[float]) -> dict[str, Any]:
 LAYER_BUILD_EXCLUDES = ("dev",)
 
 
-def _tree_bytes(root: Path, *, shipped: bool = True, skip: tuple[Path, ...] = ()) -> int:
+def _is_shipped_bytecode(p: Path) -> bool:
+    """This interpreter's .pyc of a source that exists (the layer's build compiles every
+    module for the runtime's Python: about the same size), not an -O variant or a stale one."""
+    name = p.name.split(".")
+    return (
+        p.suffix == ".pyc"
+        and p.parent.name == "__pycache__"
+        and len(name) == 3
+        and name[1] == sys.implementation.cache_tag
+        and (p.parent.parent / f"{name[0]}.py").is_file()
+    )
+
+
+def _tree_bytes(
+    root: Path, *, shipped: bool = True, bytecode: bool = False, skip: tuple[Path, ...] = ()
+) -> int:
+    """What ships of a source tree: no egg-info, bytecode only when the build compiles it
+    (the layer: layers/headwater/Makefile; a function's code is not compiled)."""
     total = 0
     for p in root.rglob("*"):
         if not p.is_file() or any(s in p.parents for s in skip):
             continue
         if shipped and (
-            "__pycache__" in p.parts
-            or p.suffix == ".pyc"
+            (
+                ("__pycache__" in p.parts or p.suffix == ".pyc")
+                and not (bytecode and _is_shipped_bytecode(p))
+            )
             or any(part.endswith(".egg-info") for part in p.parts)
         ):
             continue
@@ -394,9 +415,11 @@ def _norm(name: str) -> str:
 def _dist_bytes(dist: metadata.Distribution) -> int:
     total = 0
     for f in dist.files or []:
-        if (f.parts and f.parts[0] == "..") or f.suffix == ".pyc":
-            continue  # console scripts outside site-packages; bytecode pip compiled here
+        if f.parts and f.parts[0] == "..":
+            continue  # console scripts outside site-packages
         p = Path(str(dist.locate_file(f)))
+        if f.suffix == ".pyc" and not _is_shipped_bytecode(p):
+            continue
         if p.is_file():
             total += p.stat().st_size
     return total
@@ -461,12 +484,19 @@ def artifact_sizes(tpl: dict[str, Any], specs: list[FunctionSpec]) -> dict[str, 
     requirements = content / "requirements.txt"
     dists = layer_closure(requirements)
     package_dirs = [p for p in content.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
-    own = {p.name: _tree_bytes(p, skip=tuple(p / x for x in excludes)) for p in package_dirs}
+    own = {
+        p.name: _tree_bytes(p, bytecode=True, skip=tuple(p / x for x in excludes))
+        for p in package_dirs
+    }
     out["left_out_by_build"] = [
         f"{p.name}/{x}" for p in package_dirs for x in excludes if (p / x).is_dir()
     ]
     computed = sum(d["bytes"] for d in dists.values()) + sum(own.values())
-    out.setdefault("source", "computed: requirements closure in .venv + package source")
+    out.setdefault(
+        "source",
+        "computed: requirements closure in .venv + package source, with this interpreter's "
+        "bytecode of both as the estimate of what the build compiles",
+    )
     out.setdefault("total_bytes", computed)
     out["computed_bytes"] = computed
     out["requirements_file"] = str(requirements.relative_to(REPO))
@@ -550,6 +580,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             entry_runs[s.name].append(run_child(s.entry, env, str(REPO / s.code_uri)))
         print(f"  run {i + 1}/{runs} done")
 
+    # The same imports with no bytecode to read (an empty cache prefix) and none written: what
+    # every cold start would pay if the layer shipped sources only (/opt is read-only).
+    nobc_runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in specs}
+    with tempfile.TemporaryDirectory(prefix="coldstart-nopyc-") as empty:
+        for _ in range(min(runs, NO_BYTECODE_RUNS)):
+            for s in specs:
+                env = {**lambda_env(s), "PYTHONDONTWRITEBYTECODE": "1"}
+                env["PYTHONPYCACHEPREFIX"] = empty
+                nobc_runs[s.name].append(run_child(s.entry, env, str(REPO / s.code_uri)))
+
     importtimes: dict[str, Any] = {}
     if not args.quick:
         for s in specs:
@@ -570,6 +610,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         fl = [r["import_ms"] for r in floor_runs[code] if not r.get("error")]
         imp = [r["import_ms"] for r in ok]
         ratio = median(imp) / median(fl) if imp and fl else float("nan")
+        nobc = [r["import_ms"] for r in nobc_runs[s.name] if not r.get("error")]
         init_ms = start["median_ms"] + median(imp) if imp else float("nan")
         errors += len(errs) + (1 if attempts else 0)
         code_bytes = int(sizes["functions_code_bytes"][s.name])
@@ -592,6 +633,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "ratio": round(ratio, 2),
                 "target": {"max_ratio": TARGET_RATIO, "met": bool(ratio <= TARGET_RATIO)},
                 "est_init_ms": round(init_ms, 1),
+                "without_bytecode": {
+                    **_stats(nobc),
+                    "est_init_ms": round(start["median_ms"] + median(nobc), 1) if nobc else None,
+                    "why": "the same import with no .pyc to read and none written, as a layer "
+                    "that ships sources only would run on Lambda's read-only /opt; the layer's "
+                    "build compiles every module (layers/headwater/Makefile)",
+                },
                 "usd_per_million_cold_starts": round(
                     init_ms / 1000 * s.memory_mb / 1024 * gbs * 1e6, 2
                 ),
@@ -647,7 +695,7 @@ def print_report(result: dict[str, Any]) -> None:
     )
     head = (
         f"{'function':<18} {'floor ms':>9} {'import ms med/p90':>18} {'ratio':>6} {'target':>12}"
-        f" {'est. INIT ms':>12} {'$/M cold':>9} {'artifact MB':>11}"
+        f" {'est. INIT ms':>12} {'$/M cold':>9} {'artifact MB':>11} {'INIT no .pyc':>12}"
     )
     print("\n" + head + "\n" + "-" * len(head))
     for r in result["functions"]:
@@ -657,8 +705,13 @@ def print_report(result: dict[str, Any]) -> None:
             f"{r['function']:<18} {r['floor']['median_ms']:>9.0f} "
             f"{imp['median_ms']:>8.0f} / {imp['p90_ms']:<7.0f} {r['ratio']:>5.2f}x "
             f"{'<=1.3x ' + verdict:>12} {r['est_init_ms']:>12.0f} "
-            f"{r['usd_per_million_cold_starts']:>9.2f} {_mb(r['artifact']['total_bytes']):>11}"
+            f"{r['usd_per_million_cold_starts']:>9.2f} {_mb(r['artifact']['total_bytes']):>11} "
+            f"{r['without_bytecode']['est_init_ms'] or float('nan'):>12.0f}"
         )
+    print(
+        "INIT no .pyc: the same import with no bytecode to read (a layer shipping sources only, "
+        "on Lambda's read-only /opt); the built layer compiles every module"
+    )
     print("\nfloors:")
     for r in result["functions"]:
         print(f"  {r['function']:<18} {r['floor']['code'].replace(chr(10), '; ')}")

@@ -68,6 +68,10 @@ def test_bench_coldstart_quick_run_measures_every_template_function(tmp_path: Pa
         assert row["target"]["met"] is (row["ratio"] <= 1.3), name
         assert row["est_init_ms"] > row["import"]["median_ms"], name
         assert _positive(row["usd_per_million_cold_starts"]), name
+        # the same import with no bytecode to read: what a layer of sources only would cost
+        nobc = row["without_bytecode"]
+        assert len(nobc["runs_ms"]) == 1 and _positive(nobc["median_ms"]), name
+        assert nobc["est_init_ms"] > nobc["median_ms"], name
         # importing a handler makes no network call and raises nothing
         assert row["network_attempts"] == [] and row["errors"] == [], name
         assert row["importtime"] is None, name  # --quick: no importtime pass

@@ -59,10 +59,21 @@ def test_sam_build_layer_serves_on_python312(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     layer = build_dir / "HeadwaterLayer" / "python"
     assert (layer / "headwater" / "http" / "app.py").exists()
-    # only what runs on Lambda ships: no local emulator or dev server, no bytecode caches
+    # only what runs on Lambda ships: no local emulator or dev server
     assert not (layer / "headwater" / "dev").exists()
-    assert not list((layer / "headwater").rglob("__pycache__"))
     assert (layer / "fastapi").is_dir() and (layer / "shapely").is_dir()
+    # ... compiled for the runtime's Python, every module, hash-based without a source check
+    # (/opt is read-only: a module without bytecode is compiled on every cold start)
+    sources = list(layer.rglob("*.py"))
+    pycs = list(layer.rglob("*.pyc"))
+    assert sources and {p.name.split(".")[-2] for p in pycs} == {"cpython-312"}
+    uncompiled = [
+        p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.cpython-312.pyc").exists()
+    ]
+    assert not uncompiled, uncompiled[:5]
+    for pyc in (layer / "headwater" / "engine" / "__pycache__").glob("*.pyc"):
+        flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+        assert flags == 0b01, (pyc, flags)  # PEP 552: hash-based, check_source off
     api = build_dir / "ApiFunction" / "handler.py"
     assert api.exists()
     # Invoke the built API handler on python3.12 with only the built layer + function code
@@ -75,9 +86,16 @@ def test_sam_build_layer_serves_on_python312(tmp_path: Path) -> None:
         "    invoked_function_arn='arn:aws:lambda:us-east-1:123456789012:function:f'\n"
         f"resp = handler.handler(json.loads({json.dumps(json.dumps(event))}), Ctx())\n"
         "print(json.dumps(resp))\n"
+        # every module of the layer the invocation loaded came from its bytecode
+        "import importlib.util, os\n"
+        "missing = sorted(n for n, m in list(sys.modules.items())\n"
+        "    if (getattr(m, '__file__', '') or '').startswith(sys.argv[1])\n"
+        "    and m.__file__.endswith('.py')\n"
+        "    and not os.path.exists(importlib.util.cache_from_source(m.__file__)))\n"
+        "print(json.dumps(missing))\n"
     )
     run = subprocess.run(
-        [py312, "-S", "-W", "error::DeprecationWarning", "-c", script],
+        [py312, "-S", "-B", "-W", "error::DeprecationWarning", "-c", script, str(layer)],
         cwd=api.parent,
         env={
             "PYTHONPATH": f"{layer}:{api.parent}",
@@ -93,6 +111,8 @@ def test_sam_build_layer_serves_on_python312(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    resp = json.loads(run.stdout.strip().splitlines()[-1])
+    *_, last, missing = run.stdout.strip().splitlines()
+    resp = json.loads(last)
+    assert json.loads(missing) == []
     assert resp["statusCode"] == 200
     assert json.loads(resp["body"])["status"] == "ok"

@@ -40,7 +40,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater import jsoncodec
 from headwater.engine.log import wall_ms
-from headwater.engine.ports import ConnectionGone
+from headwater.engine.ports.ws import ConnectionGone
 from headwater.engine.quotas import WS_CONNECTIONS
 from headwater.errors import HeadwaterError, Unauthorized, error_body
 from headwater.http.ws_commands import Commands

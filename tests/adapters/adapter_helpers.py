@@ -15,13 +15,13 @@ from headwater.engine.ports import (
     Head,
     HeadStore,
     IdemEntry,
-    IndexCatalogueStore,
-    LeaseStore,
     LogTailStore,
     SegmentStore,
     SessionStore,
     TagEntry,
 )
+from headwater.engine.ports.catalogue import IndexCatalogueStore
+from headwater.engine.ports.queue import LeaseStore
 from headwater.engine.quotas import QuotaStore
 from headwater.engine.records import NewRecord, encode_records
 from headwater.settings import Settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from adapter_helpers import Backend
 
-from headwater.engine.ports import Catalogue, IndexCatalogueStore
+from headwater.engine.ports.catalogue import Catalogue, IndexCatalogueStore
 
 pytestmark = pytest.mark.adapters
 

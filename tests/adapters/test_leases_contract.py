@@ -8,15 +8,8 @@ from __future__ import annotations
 import pytest
 from adapter_helpers import T0, Backend, creating_commit, recs
 
-from headwater.engine.ports import (
-    CONFLICT,
-    Guard,
-    Head,
-    Lease,
-    LeaseCommit,
-    LeaseStore,
-    queue_key,
-)
+from headwater.engine.ports import CONFLICT, Head
+from headwater.engine.ports.queue import Guard, Lease, LeaseCommit, LeaseStore, queue_key
 
 pytestmark = pytest.mark.adapters
 

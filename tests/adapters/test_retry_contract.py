@@ -19,16 +19,8 @@ import time
 import pytest
 from adapter_helpers import T0, Backend, Lossy, append_commit, create_topic, recs
 
-from headwater.engine.ports import (
-    AppendRejected,
-    Guard,
-    IdemEntry,
-    Lease,
-    LeaseCommit,
-    SealCommit,
-    SegmentItem,
-    queue_key,
-)
+from headwater.engine.ports import AppendRejected, IdemEntry, SealCommit, SegmentItem
+from headwater.engine.ports.queue import Guard, Lease, LeaseCommit, queue_key
 
 pytestmark = pytest.mark.adapters
 

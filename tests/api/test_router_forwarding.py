@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from headwater.engine.log import LogEngine, wall_ms
-from headwater.engine.ports import RouterItem
+from headwater.engine.ports.routers import RouterItem
 from headwater.engine.records import NewRecord
 from headwater.engine.routers import BATCH, ForwardIncomplete, RouterEngine, StreamBatch
 from headwater.engine.values import AppendRequest, DiffRequest

@@ -26,7 +26,7 @@ import pytest
 
 from headwater.dev.emulator import die_with_parent, stop_process
 from headwater.engine.log import LogEngine
-from headwater.engine.ports import RouterItem
+from headwater.engine.ports.routers import RouterItem
 from headwater.engine.records import NewRecord
 from headwater.engine.routers import BATCH, RouterEngine
 from headwater.engine.values import AppendRequest, DiffRequest

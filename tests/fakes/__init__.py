@@ -1,4 +1,4 @@
-"""In-memory fakes of the storage ports (engine/ports.py, engine/quotas.py's QuotaStore), for
+"""In-memory fakes of the storage ports (engine/ports/, engine/quotas.py's QuotaStore), for
 tests only: they run through the same adapter contract tests as the DynamoDB/S3 adapters
 (tests/adapters, backend "memory") and carry the engine's fast unit tests (tests/unit).
 

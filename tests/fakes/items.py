@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from headwater.engine.ports import Catalogue, WatchSessionItem
+from headwater.engine.ports import WatchSessionItem
+from headwater.engine.ports.catalogue import Catalogue
 from tests.fakes.storage import CatalogueRow, MemoryAccount, QuotaRow, Send, SessionRow
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from headwater.engine.ports import CONFLICT, Guard, Lease, LeaseCommit, QueueState
+from headwater.engine.ports import CONFLICT
+from headwater.engine.ports.queue import Guard, Lease, LeaseCommit, QueueState
 from tests.fakes.storage import (
     MAX_TXN_ITEMS,
     FaultHook,

@@ -22,14 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from headwater.engine.ports import (
-    AppendRejected,
-    Catalogue,
-    Head,
-    Lease,
-    SegmentItem,
-    WatchSessionItem,
-)
+from headwater.engine.ports import AppendRejected, Head, SegmentItem, WatchSessionItem
+from headwater.engine.ports.catalogue import Catalogue
+from headwater.engine.ports.queue import Lease
 from headwater.errors import HeadwaterError, OutcomeUnknown, StorageUnavailable
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from moto import mock_aws
 
 from headwater.engine import routers as routers_module
-from headwater.engine.ports import RouterItem
+from headwater.engine.ports.routers import RouterItem
 from headwater.engine.records import NewRecord
 from headwater.engine.routers import RouterEngine
 from headwater.engine.values import AppendRequest, DiffRequest

@@ -35,6 +35,13 @@ ROUTES = tuple(
     for m in ("v0", "v1", "queue", "watch", "routers", "notifications", "flags", "dashboard")
 )
 
+# the engines headwater.engines.Core builds on first use, and the ports only they need
+QUEUE = ("headwater.engine.queue", "headwater.engine.ports.queue", "headwater.storage.leases")
+ROUTER = ("headwater.engine.routers", "headwater.engine.ports.routers", "headwater.storage.routers")
+UPKEEP = ("headwater.engine.tiering",)
+WS = ("headwater.engine.ports.ws", "headwater.storage.ws_connections")
+ENGINES = QUEUE + ROUTER + UPKEEP + WS
+
 PROBE = """
 import json, sys
 import handler
@@ -53,7 +60,7 @@ def _loaded(function: str) -> list[str]:
         "AWS_DEFAULT_REGION": "us-east-1",
     }
     out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=repr(HEAVY + ROUTES))],
+        [sys.executable, "-c", PROBE.format(heavy=repr(HEAVY + ROUTES + ENGINES))],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -65,9 +72,19 @@ def _loaded(function: str) -> list[str]:
     return loaded
 
 
-@pytest.mark.parametrize("function", ["sealer", "forwarder"])
-def test_a_background_function_loads_no_web_framework_geometry_or_surface(function: str) -> None:
-    assert _loaded(function) == []
+@pytest.mark.parametrize(
+    ("function", "engines"),
+    [
+        ("sealer", ()),  # Core builds its upkeep on the first sweep
+        # the router engine it names and WebSocket delivery (the router store waits for
+        # the first batch), never the queue
+        ("forwarder", ROUTER[:2] + WS),
+    ],
+)
+def test_a_background_function_loads_no_web_framework_geometry_or_surface(
+    function: str, engines: tuple[str, ...]
+) -> None:
+    assert _loaded(function) == sorted(engines)
 
 
 def test_the_api_function_loads_its_web_framework_but_no_geometry() -> None:
@@ -91,3 +108,5 @@ def test_the_websocket_function_loads_no_web_framework_or_geometry() -> None:
     assert not loaded & {"fastapi", "pydantic", "shapely", "numpy", "aws_xray_sdk"}
     # nor the other surfaces' code: Services builds each on its first use
     assert not loaded & SURFACES
+    # nor the queue, router and upkeep engines, which no command of its reaches
+    assert loaded & set(ENGINES) == set(WS)

@@ -28,7 +28,7 @@ from moto import mock_aws
 from moto.apigatewaymanagementapi.models import apigatewaymanagementapi_backends
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from headwater.engine.ports import ConnectionGone
+from headwater.engine.ports.ws import ConnectionGone
 from headwater.engine.records import NewRecord
 from headwater.engine.values import AppendRequest
 from headwater.errors import StorageUnavailable

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.engine.ports import Catalogue, Head, SegmentItem
+from headwater.engine.ports import Head, SegmentItem
+from headwater.engine.ports.catalogue import Catalogue
 from headwater.index import runs
 from headwater.index.runs import LexiconRun, LexiconRunError, RunMember, build_run
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from headwater.engine.ports import Head, Lease, QueueState
+from headwater.engine.ports import Head
+from headwater.engine.ports.queue import Lease, QueueState
 from headwater.engine.queue import Job, _share, clamp_lease_ms, counters
 from headwater.engine.records import StoredRecord
 

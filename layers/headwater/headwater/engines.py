@@ -1,14 +1,17 @@
 """The engines over storage, without any surface or HTTP concern: what every entry point
-needs, the stream-triggered and scheduled Lambdas included. Importing it loads the engine and
-the storage adapters only (no web framework, no surface's schemas, no geometry), so the
-sealer and the forwarder start as fast as their work allows."""
+needs, the stream-triggered and scheduled Lambdas included. Importing it loads the log
+engine and the storage adapters it needs, no more (no web framework, no surface's schemas,
+no geometry). The queue, router and upkeep engines, and their adapters, are imported and
+built on first use: the sealer never loads the queue or the routers, the forwarder and the
+WebSocket function never the queue (bench/bench_coldstart.py; the cold start is billed)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from headwater.engine.log import LogEngine, wall_ms
-from headwater.engine.queue import QueueEngine
 from headwater.engine.quotas import (
     ROUTERS,
     TOPICS,
@@ -18,33 +21,111 @@ from headwater.engine.quotas import (
     CountedSessions,
     Quotas,
 )
-from headwater.engine.routers import RouterEngine
-from headwater.engine.tiering import Upkeep
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
 from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
-from headwater.storage.leases import DynamoLeaseStore
 from headwater.storage.quota import DynamoQuotaStore
-from headwater.storage.routers import DynamoRouterStore
 from headwater.storage.segments import DynamoSegmentStore
 from headwater.storage.sessions import DynamoSessionStore
-from headwater.storage.ws_connections import DynamoWsStore
+
+if TYPE_CHECKING:
+    from headwater.engine.queue import QueueEngine
+    from headwater.engine.routers import RouterEngine
+    from headwater.engine.tiering import Upkeep
+    from headwater.storage.routers import DynamoRouterStore
+
+T = TypeVar("T")
 
 
-@dataclass(slots=True)
 class Core:
     """The engines over storage, without the HTTP concerns (keys, connection caps): what
-    every entry point needs, the stream-triggered Lambdas included."""
+    every entry point needs, the stream-triggered Lambdas included. `queues`, `routers` and
+    `upkeep` are built (their code imported) on first use, once, whichever thread asks."""
 
-    settings: Settings
-    clients: AwsClients
-    engine: LogEngine
-    routers: RouterEngine
-    quotas: Quotas
-    sessions: CountedSessions
-    queues: QueueEngine
-    upkeep: Upkeep
+    __slots__ = (
+        "_lock",
+        "_queues",
+        "_router_store",
+        "_routers",
+        "_upkeep",
+        "clients",
+        "engine",
+        "quotas",
+        "segments",
+        "sessions",
+        "settings",
+    )
+
+    def __init__(
+        self,
+        settings: Settings,
+        clients: AwsClients,
+        engine: LogEngine,
+        quotas: Quotas,
+        sessions: CountedSessions,
+        segments: DynamoSegmentStore,
+    ) -> None:
+        self.settings = settings
+        self.clients = clients
+        self.engine = engine
+        self.quotas = quotas
+        self.sessions = sessions
+        self.segments = segments
+        self._lock = threading.RLock()  # routers' build takes the router store's turn
+        self._queues: QueueEngine | None = None
+        self._routers: RouterEngine | None = None
+        self._upkeep: Upkeep | None = None
+        self._router_store: DynamoRouterStore | None = None
+
+    def _once(self, slot: str, build: Callable[[], T]) -> T:
+        got: T | None = getattr(self, slot)
+        if got is None:
+            with self._lock:
+                got = getattr(self, slot)
+                if got is None:
+                    got = build()
+                    setattr(self, slot, got)
+        return got
+
+    @property
+    def upkeep(self) -> Upkeep:
+        def build() -> Upkeep:
+            from headwater.engine.tiering import Upkeep
+
+            return Upkeep(self.engine, self.segments)
+
+        return self._once("_upkeep", build)
+
+    @property
+    def router_store(self) -> DynamoRouterStore:
+        def build() -> DynamoRouterStore:
+            from headwater.storage.routers import DynamoRouterStore
+
+            return DynamoRouterStore(self.clients.dynamodb, self.settings)
+
+        return self._once("_router_store", build)
+
+    @property
+    def routers(self) -> RouterEngine:
+        def build() -> RouterEngine:
+            from headwater.engine.routers import RouterEngine
+
+            return RouterEngine(
+                self.engine, self.router_store, poll_s=self.settings.poll_interval_ms / 1000
+            )
+
+        return self._once("_routers", build)
+
+    @property
+    def queues(self) -> QueueEngine:
+        def build() -> QueueEngine:
+            from headwater.engine.queue import QueueEngine
+            from headwater.storage.leases import DynamoLeaseStore
+
+            return QueueEngine(self.engine, DynamoLeaseStore(self.clients.dynamodb, self.settings))
+
+        return self._once("_queues", build)
 
     @classmethod
     def build(cls, settings: Settings, clients: AwsClients | None = None) -> Core:
@@ -53,36 +134,27 @@ class Core:
         heads = DynamoHeadStore(clients.dynamodb, settings)
         tail = DynamoLogTailStore(clients.dynamodb, settings, blobs)
         sessions = DynamoSessionStore(clients.dynamodb, settings)
-        router_store = DynamoRouterStore(clients.dynamodb, settings)
-        ws_store = DynamoWsStore(clients.dynamodb, settings)
+        core: Core
+
+        def ws_connections() -> int:
+            from headwater.storage.ws_connections import DynamoWsStore
+
+            return DynamoWsStore(clients.dynamodb, settings).count_connections(wall_ms() // 1000)
+
         quotas = Quotas(
             DynamoQuotaStore(clients.dynamodb, settings),
             settings.caps,
             {
                 TOPICS: heads.count_live,
-                ROUTERS: lambda: len(router_store.list_all()),
+                ROUTERS: lambda: len(core.router_store.list_all()),
                 WATCH_SESSIONS: lambda: sessions.sweep(wall_ms()),
                 TOTAL_BYTES: heads.total_live_bytes,
-                WS_CONNECTIONS: lambda: ws_store.count_connections(wall_ms() // 1000),
+                WS_CONNECTIONS: ws_connections,
             },
         )
         segments = DynamoSegmentStore(clients.dynamodb, settings)
         engine = LogEngine(heads, tail, blobs, settings, quotas=quotas, segments=segments)
-        upkeep = Upkeep(engine, segments)
-        engine.upkeep = upkeep.run
-        routers = RouterEngine(
-            engine,
-            router_store,
-            poll_s=settings.poll_interval_ms / 1000,
-        )
-        queues = QueueEngine(engine, DynamoLeaseStore(clients.dynamodb, settings))
-        return cls(
-            settings,
-            clients,
-            engine,
-            routers,
-            quotas,
-            CountedSessions(sessions, quotas),
-            queues,
-            upkeep,
-        )
+        core = cls(settings, clients, engine, quotas, CountedSessions(sessions, quotas), segments)
+        # Tiering runs after an append that crosses a threshold; its code loads then.
+        engine.upkeep = lambda topic: core.upkeep.run(topic)
+        return core

@@ -11,13 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from headwater.engine.log import LogEngine
-from headwater.engine.queue import QueueEngine
 from headwater.engine.quotas import (
     CountedSessions,
     Quotas,
 )
-from headwater.engine.routers import RouterEngine
-from headwater.engine.tiering import Upkeep
 from headwater.engines import Core
 from headwater.errors import ConfigurationError
 from headwater.http.auth import KeyStore
@@ -36,6 +33,9 @@ from headwater.storage.clients import AwsClients
 if TYPE_CHECKING:
     from headwater.dashboard.service import DashboardService
     from headwater.durable.service import DurableStreams
+    from headwater.engine.queue import QueueEngine
+    from headwater.engine.routers import RouterEngine
+    from headwater.engine.tiering import Upkeep
     from headwater.flags.service import FlagService
     from headwater.flags.tokens import TokenStore
     from headwater.notify.schema import NotificationSchema
@@ -112,12 +112,9 @@ class Services:
     clients: AwsClients
     engine: LogEngine
     keys: KeyStore
-    routers: RouterEngine
     quotas: Quotas
     sessions: CountedSessions
     limits: ConnectionLimits
-    queues: QueueEngine
-    upkeep: Upkeep
     core: Core
     schema: NotificationSchema | None = None
     flag_tokens: TokenStore | None = None
@@ -125,6 +122,19 @@ class Services:
     shutting_down: bool = False
     _surfaces: dict[str, object] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # The core's own lazy parts (headwater/engines.py): imported and built on first use.
+    @property
+    def routers(self) -> RouterEngine:
+        return self.core.routers
+
+    @property
+    def queues(self) -> QueueEngine:
+        return self.core.queues
+
+    @property
+    def upkeep(self) -> Upkeep:
+        return self.core.upkeep
 
     def _surface(self, name: str, build: object) -> object:
         got = self._surfaces.get(name)
@@ -213,12 +223,9 @@ class Services:
             core.clients,
             core.engine,
             keys,
-            core.routers,
             core.quotas,
             core.sessions,
             ConnectionLimits(settings.caps),
-            core.queues,
-            core.upkeep,
             core,
             schema,
             flag_tokens,

@@ -14,7 +14,11 @@ from typing import Any
 from headwater.dashboard.feed import DashboardFeed
 from headwater.dashboard.items import canonical_ticker, iso_ms
 from headwater.engine.log import LogEngine
-from headwater.engine.ports import ConfigLimitReached, DashboardConfig, DashboardConfigStore
+from headwater.engine.ports.dashboard import (
+    ConfigLimitReached,
+    DashboardConfig,
+    DashboardConfigStore,
+)
 from headwater.errors import HeadwaterError
 from headwater.jsoncodec import is_scalar_text
 from headwater.settings import DashboardSettings

@@ -25,7 +25,7 @@ from headwater import jsoncodec
 from headwater.dashboard.ids import Position, event_id
 from headwater.dashboard.items import iso_ms
 from headwater.dashboard.service import ConfigWatch, DashboardService
-from headwater.engine.ports import DashboardConfig
+from headwater.engine.ports.dashboard import DashboardConfig
 
 log = logging.getLogger(__name__)
 RETRY_MS = 3000

@@ -23,7 +23,8 @@ from headwater.durable.offsets import encode_offset
 from headwater.durable.search import Coverage, Deadline, SearchError, monotonic, scan
 from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams
 from headwater.durable.state import StreamState, name_of
-from headwater.engine.ports import Catalogue, Head, SegmentItem
+from headwater.engine.ports import Head, SegmentItem
+from headwater.engine.ports.catalogue import Catalogue
 
 if TYPE_CHECKING:
     from headwater.index.runs import LexiconRun

@@ -33,11 +33,9 @@ from typing import Any
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
-from headwater.engine.ports import (
-    CONFLICT,
-    MAX_TXN_ITEMS,
+from headwater.engine.ports import CONFLICT, MAX_TXN_ITEMS, Head
+from headwater.engine.ports.queue import (
     Guard,
-    Head,
     Lease,
     LeaseCommit,
     LeaseStore,

@@ -25,7 +25,8 @@ from typing import Any
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
-from headwater.engine.ports import Head, RouterItem, RouterStore
+from headwater.engine.ports import Head
+from headwater.engine.ports.routers import RouterItem, RouterStore
 from headwater.engine.quotas import ROUTERS
 from headwater.engine.records import NewRecord, encoded_size
 from headwater.engine.values import AppendRequest, DiffRequest

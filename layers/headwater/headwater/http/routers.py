@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from headwater.engine.ports import RouterItem
+from headwater.engine.ports.routers import RouterItem
 from headwater.engine.routers import RouterNotFound
 from headwater.errors import Conflict, InvalidRequest
 from headwater.http.auth import Principal

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
-from headwater.engine.ports import ConnectionGone, WsConnection, WsSubscription
+from headwater.engine.ports.ws import ConnectionGone, WsConnection, WsSubscription
 from headwater.engine.quotas import WS_CONNECTIONS, Quotas
 from headwater.engine.watch import TopicFeed, WatchSpec
 from headwater.errors import HeadwaterError, PayloadTooLarge

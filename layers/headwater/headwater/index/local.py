@@ -16,7 +16,7 @@ from typing import Any
 
 from headwater.durable.state import TOPIC_PREFIX, state_of
 from headwater.engine.log import LogEngine
-from headwater.engine.ports import IndexCatalogueStore
+from headwater.engine.ports.catalogue import IndexCatalogueStore
 from headwater.errors import HeadwaterError
 from headwater.index.build import Progress, SegmentLister, index_stream
 

@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 from headwater.durable.aggregate import Rollup
 from headwater.durable.filter import FieldSpec, Predicate
 from headwater.engine.log import LogEngine
-from headwater.engine.ports import Catalogue, Head, IndexCatalogueStore, SegmentItem
+from headwater.engine.ports import Head, SegmentItem
+from headwater.engine.ports.catalogue import Catalogue, IndexCatalogueStore
 from headwater.engine.segment import companion_key
 from headwater.errors import StorageUnavailable
 from headwater.index import runs

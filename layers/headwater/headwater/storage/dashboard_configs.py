@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headwater.engine.ports import ConfigLimitReached, DashboardConfig
+from headwater.engine.ports.dashboard import ConfigLimitReached, DashboardConfig
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import (

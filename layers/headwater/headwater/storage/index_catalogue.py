@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headwater.engine.ports import Catalogue
+from headwater.engine.ports.catalogue import Catalogue
 from headwater.settings import Settings
 from headwater.storage.ddb import call as _call
 from headwater.storage.ddb import conditional, delete_once

@@ -21,7 +21,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from headwater.engine.ports import CONFLICT, Guard, Head, Lease, LeaseCommit, QueueState
+from headwater.engine.ports import CONFLICT, Head
+from headwater.engine.ports.queue import Guard, Lease, LeaseCommit, QueueState
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from headwater.engine.ports import RouterItem
+from headwater.engine.ports.routers import RouterItem
 from headwater.settings import Settings
 from headwater.storage.ddb import call, conditional, delete_once, write_once
 from headwater.storage.schema import INDEX

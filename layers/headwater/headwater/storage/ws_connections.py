@@ -26,7 +26,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from headwater.engine.ports import ConnectionGone, WsConnection, WsSubscription
+from headwater.engine.ports.ws import ConnectionGone, WsConnection, WsSubscription
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import conditional, delete_once, error_code

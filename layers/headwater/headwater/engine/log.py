@@ -271,7 +271,12 @@ class LogEngine:
         """Stored records with seq > `after` (and <= `upto`, when given), up to `limit`
         records or `max_bytes` payload bytes (at least one record when any is left), only
         those tagged `tag_json` (a JSON string literal) when given. `head` (read strongly by
-        the caller) saves a read."""
+        the caller) saves a read, and when the frame cache holds the range it is answered
+        here on the event loop, without the I/O thread's round trip."""
+        if head is not None and tag_json is None:
+            cached = self.ranges.read_range_cached(after, limit, max_bytes, head, upto)
+            if cached is not None:
+                return cached
         return await self.core.io(
             self.ranges.read_range_sync, topic, after, limit, max_bytes, tag_json, head, upto
         )

@@ -47,6 +47,35 @@ class RangeReader:
                 head = None
         raise StorageUnavailable(_MOVED, headers={"Retry-After": "1"})
 
+    def read_range_cached(
+        self, after: int, limit: int, max_bytes: int, head: Head, upto: int | None = None
+    ) -> RangeRead | None:
+        """read_range_sync from a known head and the frame cache alone, without a key filter:
+        what a long-poll woken by this process's own append reads (the frame its commit
+        cached). None when it needs storage: sealed history, or tail frames not cached."""
+        if head.deleted:
+            return None  # read_range_sync says what became of it
+        capped = head
+        if upto is not None and upto < head.head_seq:
+            capped = dataclasses.replace(head, head_seq=upto)
+        start = max(after, capped.earliest_seq - 1)
+        if start >= capped.head_seq:
+            rr = RangeRead(capped, [], max(after, capped.head_seq), 0)
+        else:
+            if start < capped.sealed_through:
+                return None
+            frames = self.core.cache.run(capped.log_key, start, capped.del_ver)
+            covered = frames[-1].last_seq if frames else start
+            cached = sum(f.payload_bytes for f in frames)
+            if (
+                covered < capped.head_seq
+                and covered - start < limit
+                and not 0 < max_bytes <= cached
+            ):
+                return None
+            rr = self._walk(capped, after, start, limit, max_bytes, None, frames)
+        return rr if capped is head else dataclasses.replace(rr, head=head)
+
     def _range_of(
         self, head: Head, after: int, limit: int, max_bytes: int, tag_json: bytes | None
     ) -> RangeRead:
@@ -56,6 +85,18 @@ class RangeReader:
         # A key-filtered read examines up to 64x its page before answering with what it has.
         want = limit if tag_json is None else limit * 64
         frames = self.scan.frames_after(head, start, want, max_bytes if tag_json is None else 0)
+        return self._walk(head, after, start, limit, max_bytes, tag_json, frames)
+
+    def _walk(
+        self,
+        head: Head,
+        after: int,
+        start: int,
+        limit: int,
+        max_bytes: int,
+        tag_json: bytes | None,
+        frames: list[Frame],
+    ) -> RangeRead:
         out: list[StoredRecord] = []
         budget = max_bytes
         scanned = 0

@@ -154,6 +154,9 @@ def _spill(env: Mapping[str, str], name: str, default: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """Per-request input limits: records per batch, bytes per record, body,
+    meta, tag, node and idempotency key sizes."""
+
     max_batch_records: int = 10_000
     max_record_bytes: int = 1 << 20
     max_body_bytes: int = 64 << 20
@@ -380,6 +383,9 @@ def _dashboard(env: Mapping[str, str], poll_interval_ms: int) -> DashboardSettin
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """Everything the process is configured with: from the environment (from_env) or
+    given whole by tests and tools."""
+
     host: str = "127.0.0.1"
     port: int = 4000
     api_keys_raw: str = field(default="", repr=False)

@@ -59,6 +59,8 @@ TTL_BACKSTOP_S = 7 * 86_400  # DynamoDB TTL of lossy-class frames, past their re
 
 @dataclass(slots=True)
 class _Pending:
+    """An append waiting for its group commit, with the future its caller awaits."""
+
     req: AppendRequest
     future: asyncio.Future[AppendResult]
     n: int
@@ -85,6 +87,8 @@ class Retry(NamedTuple):
 
 @dataclass(slots=True)
 class _Writer:
+    """A topic's queue of pending appends and the task committing them in groups."""
+
     queue: deque[_Pending] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
 

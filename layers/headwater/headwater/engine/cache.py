@@ -15,6 +15,8 @@ from headwater.engine.records import Frame
 
 @dataclass(slots=True)
 class _TopicFrames:
+    """One topic's cached frames, keyed by last seq, and their keys in order."""
+
     keys: list[int] = field(default_factory=list)  # sorted frame last_seqs
     frames: dict[int, tuple[Frame, int]] = field(default_factory=dict)
 

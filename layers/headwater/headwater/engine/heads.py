@@ -38,6 +38,8 @@ def _order(h: Head) -> tuple[int, int, int, int, int, int]:
 
 @dataclass(slots=True)
 class _Seen:
+    """A head this process saw, and when it was last confirmed."""
+
     head: Head
     at: float  # time.monotonic() when last confirmed
 

@@ -44,6 +44,8 @@ class QuotaStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Resource:
+    """A capped resource: the limit named in errors, its cap, and what it counts."""
+
     limit: str  # error.detail.limit
     cap: int  # 0 = no cap
     what: str

@@ -41,6 +41,9 @@ class SegmentFormatError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class BlockRef:
+    """Where one compressed block of records sits in a segment object, its seq and time
+    span, and its checksum."""
+
     first_seq: int
     last_seq: int
     offset: int  # byte offset of the stored block inside the object
@@ -53,6 +56,8 @@ class BlockRef:
 
 @dataclass(frozen=True, slots=True)
 class SegmentInfo:
+    """A sealed segment: its topic incarnation, seq and time span, sizes and blocks."""
+
     topic: str
     epoch: int
     first_seq: int

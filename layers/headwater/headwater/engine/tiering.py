@@ -60,6 +60,9 @@ class _Unit:
 
 @dataclass(slots=True)
 class UpkeepReport:
+    """What one topic's upkeep did: segments sealed, how far frames are trimmed, records
+    evicted and units dropped, with notes."""
+
     topic: str
     sealed: int = 0  # segments written
     trimmed_through: int = 0

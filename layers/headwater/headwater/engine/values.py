@@ -34,6 +34,9 @@ Guard = Callable[[Head, str, int], Admit | Settle]
 
 @dataclass(frozen=True, slots=True)
 class AppendRequest:
+    """One append: its records, and what decides whether and how it applies (an
+    idempotency key, a create with its config, a guard, an append-time hint)."""
+
     records: list[NewRecord]
     idempotency_key: str | None = None
     create: bool | None = None
@@ -47,6 +50,9 @@ class AppendRequest:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
+    """What an append did: the seqs it got (or, deduped, the first attempt's), the head
+    after it, and whether it created the topic."""
+
     first_seq: int
     last_seq: int
     head_seq: int
@@ -58,6 +64,9 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class DiffRequest:
+    """A /v0 diff: records after `from_seq`, filtered and bounded, waiting up to `wait_ms`
+    for one when there is none yet."""
+
     from_seq: int = 0
     limit: int = 256
     nodes: frozenset[str] = frozenset()
@@ -72,6 +81,9 @@ class DiffRequest:
 
 @dataclass(frozen=True, slots=True)
 class Tombstone:
+    """Records a reader asked for that are gone (evicted, expired or trimmed): the gap,
+    why, and about how many it missed."""
+
     gap_from: int
     gap_to: int
     reason: str
@@ -82,6 +94,9 @@ class Tombstone:
 
 @dataclass(frozen=True, slots=True)
 class DiffResult:
+    """A /v0 diff answer: the rendered records, where the next diff starts, the head it
+    read, and a tombstone when records in the asked range are gone."""
+
     records: list[bytes]  # each a rendered JSON object (see StoredRecord.render)
     next_from_seq: int
     head: Head
@@ -95,18 +110,24 @@ class DiffResult:
 
 @dataclass(frozen=True, slots=True)
 class TagMatch:
+    """A tag to match: exactly, or as a prefix (the glob "X*")."""
+
     value: str
     prefix: bool  # Glob "X*" → prefix "X"
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteResult:
+    """How many records a delete removed, and the head after it."""
+
     deleted: int
     head: Head
 
 
 @dataclass(frozen=True, slots=True)
 class TopicPage:
+    """One page of a topic listing, and the name the next page starts after."""
+
     heads: list[Head]
     next_after: str | None
 

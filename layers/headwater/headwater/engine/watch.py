@@ -38,6 +38,8 @@ WAITER_TIMEOUT_S = 3600.0
 
 @dataclass(frozen=True, slots=True)
 class TopicWatch:
+    """One topic of a watch, from its resolved start, in the incarnation it was resolved in."""
+
     topic: str
     from_seq: int  # resolved initial position (tail resolved to the head at POST time)
     epoch: int
@@ -45,6 +47,9 @@ class TopicWatch:
 
 @dataclass(frozen=True, slots=True)
 class WatchSpec:
+    """A validated subscription (POST /v0/watch, a WebSocket subscribe): its topics and
+    what each event carries. Stored as JSON with its session."""
+
     topics: tuple[TopicWatch, ...]
     node: str | None = None
     limit: int = 256
@@ -69,12 +74,16 @@ class WatchSpec:
 
 @dataclass(frozen=True, slots=True)
 class TopicRequest:
+    """Where a watch asks one topic to start: after a seq, or at the tail."""
+
     from_seq: int = 0
     tail: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
+    """One event of a watch stream (an SSE frame, a WebSocket message)."""
+
     name: str  # record | tombstone | caught-up | topic-deleted | error | heartbeat
     data: bytes = b""
     id: str | None = None  # composite cursor; only on data-bearing SSE frames
@@ -94,6 +103,9 @@ class FeedPosition:
 
 @dataclass(frozen=True, slots=True)
 class OpenSession:
+    """A watch session being streamed: its stored item, spec, where each live topic
+    starts, and the topics already deleted."""
+
     item: WatchSessionItem
     spec: WatchSpec
     start: dict[str, int]  # where this stream begins, per live topic

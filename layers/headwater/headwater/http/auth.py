@@ -25,6 +25,8 @@ _SCOPE_WORDS = {
 
 @dataclass(frozen=True, slots=True)
 class Principal:
+    """An authenticated caller: its key id, scopes, and the name prefixes it may touch."""
+
     key_id: str  # short digest prefix: safe to log and to attribute per-key caps
     scopes: frozenset[str]
     prefixes: tuple[str, ...]  # empty: any name
@@ -81,6 +83,8 @@ ANONYMOUS = Principal("anonymous", ALL_SCOPES, ())
 
 @dataclass(frozen=True, slots=True)
 class _Key:
+    """A configured key: the digest of its secret and the principal it authenticates as."""
+
     digest: bytes
     principal: Principal
 

@@ -86,6 +86,8 @@ def _topic(cmd: dict[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Publish:
+    """A parsed publish command: the topic, the append, and whether to answer with seqs."""
+
     topic: str
     req: AppendRequest
     return_seqs: bool

@@ -28,6 +28,8 @@ def client_config(settings: Settings) -> Config:
 
 @dataclass(frozen=True, slots=True)
 class AwsClients:
+    """The boto3 clients every adapter shares (built once per process)."""
+
     dynamodb: Any
     s3: Any
 

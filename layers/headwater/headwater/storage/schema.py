@@ -12,12 +12,16 @@ KeyType = Literal["S", "N", "B"]
 
 @dataclass(frozen=True, slots=True)
 class Key:
+    """A DynamoDB key attribute: its name and type."""
+
     name: str
     type: KeyType
 
 
 @dataclass(frozen=True, slots=True)
 class Index:
+    """A global secondary index: its keys and projection."""
+
     name: str
     hash_key: Key
     range_key: Key | None = None
@@ -26,6 +30,9 @@ class Index:
 
 @dataclass(frozen=True, slots=True)
 class Table:
+    """One DynamoDB table of the deployment: keys, TTL, stream and indexes (the
+    bootstrap creates it, template.yaml declares the same; a test keeps them equal)."""
+
     logical: str  # suffix of the physical name and of the CloudFormation logical id
     hash_key: Key
     range_key: Key | None = None

@@ -109,6 +109,8 @@ class Head:
 
 @dataclass(frozen=True, slots=True)
 class TagEntry:
+    """The seqs of one frame that carry one tag: a tag index item, written with the frame."""
+
     tag: str
     frame_seq: int  # the frame's key: its first seq
     seqs: tuple[int, ...]
@@ -116,6 +118,8 @@ class TagEntry:
 
 @dataclass(frozen=True, slots=True)
 class IdemEntry:
+    """An idempotency key and the seqs its first append got, kept until `expires_ms`."""
+
     key: str
     first_seq: int
     last_seq: int
@@ -124,6 +128,8 @@ class IdemEntry:
 
 @dataclass(frozen=True, slots=True)
 class IdemHit:
+    """The seqs an idempotency key already holds: a retried append answers with them."""
+
     first_seq: int
     last_seq: int
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class WsConnection:
+    """A WebSocket connection held by API Gateway: who it is, where to post to it, when
+    it expires, and the topics it subscribes."""
+
     connection_id: str
     key_id: str
     scopes: frozenset[str]
@@ -19,6 +22,9 @@ class WsConnection:
 
 @dataclass(frozen=True, slots=True)
 class WsSubscription:
+    """One topic a WebSocket connection subscribes: its delivery cursor and options, and
+    the generation that makes an in-flight delivery stale."""
+
     topic: str
     connection_id: str
     endpoint: str

@@ -1,6 +1,6 @@
 """Cold start of every Lambda function in template.yaml, against the bare-import floor.
 
-python -m bench.bench_coldstart [--runs N] [--quick] [--out PATH]
+python -m bench.bench_coldstart [--runs N] [--quick] [--out PATH] [--built [BUILD_DIR]]
 
 For each AWS::Serverless::Function (its CodeUri and Handler), N fresh interpreters import
 the handler module the way the Lambda runtime would: cwd and PYTHONPATH = the CodeUri
@@ -11,6 +11,11 @@ Adapter (run.sh): its entry is uvicorn's CLI module, the --http protocol class a
 factory call. Each child times the import with perf_counter and its CPU with getrusage, and
 replaces socket.connect/getaddrinfo with a guard that records and refuses any attempt
 (importing must not touch the network: an attempt counts as an error).
+
+--built measures what ships instead: python3.12 (the Lambda runtime) with -S over a `sam
+build` directory (made now in a temporary directory unless one is given): each function's
+built code and the built layer, bytecode included, and nothing else importable. Its results
+go to latest-coldstart-built.json.
 
 In the same run, interleaved, a fresh interpreter does the imports the function inherently
 needs (the floor, FLOORS: per function kind, printed) and one runs `python -c pass` (the
@@ -35,9 +40,11 @@ Test-only and emulator-only contents of the layer are flagged with their size.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,6 +61,7 @@ from bench.harness import PRICES, machine_info, median, percentile
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "template.yaml"
 OUT = REPO / "bench" / "results" / "latest-coldstart.json"
+OUT_BUILT = REPO / "bench" / "results" / "latest-coldstart-built.json"
 TARGET_RATIO = 1.3
 NO_BYTECODE_RUNS = 3  # runs of the import without bytecode (it only shows what .pyc saves)
 STACK = "headwater-bench"
@@ -281,15 +289,86 @@ def functions_from_template(tpl: dict[str, Any]) -> list[FunctionSpec]:
     return out
 
 
+@dataclass(frozen=True)
+class Runtime:
+    """Where the children run: this interpreter over the repo's sources (the default), or
+    the Lambda runtime's Python over what `sam build` made (--built: the function's built
+    code and the built layer, bytecode included; -S, so nothing outside them imports)."""
+
+    python: str
+    flags: tuple[str, ...] = ()
+    build: Path | None = None  # the sam build directory; None: the sources
+
+    def task_root(self, spec: FunctionSpec) -> Path:
+        return self.build / spec.name if self.build else REPO / spec.code_uri
+
+    @property
+    def layer(self) -> Path:
+        return self.build / LAYER / "python" if self.build else REPO / "layers" / "headwater"
+
+    def version(self) -> str:
+        out = subprocess.run(
+            [self.python, *self.flags, "-c", "import sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        return out.stdout.strip()
+
+
+RUNTIME = Runtime(sys.executable)
+LAYER = "HeadwaterLayer"  # template.yaml's layer (its built directory under the build dir)
+
+
+def find_python312() -> str:
+    """The Lambda runtime's Python here: python3.12 on PATH, or pyenv's newest 3.12."""
+    env = dict(os.environ)
+    if shutil.which("pyenv"):
+        versions = subprocess.run(
+            ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False
+        ).stdout.split()
+        v312 = sorted(v for v in versions if v.startswith(LAMBDA_RUNTIME_PY))
+        if v312:
+            env["PYENV_VERSION"] = v312[-1]
+    out = subprocess.run(
+        [f"python{LAMBDA_RUNTIME_PY}", "-c", "import sys; print(sys.executable)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"--built needs python{LAMBDA_RUNTIME_PY} (the Lambda runtime)")
+    return out.stdout.strip()
+
+
+def sam_build(python: str, into: Path) -> Path:
+    """`sam build` of template.yaml into `into`, with the runtime's Python on PATH."""
+    sam = REPO / ".venv-sam" / "bin" / "sam"
+    if not sam.exists():
+        raise SystemExit("--built needs the SAM CLI: run `make deps-sam`")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(python).parent}:{os.environ['PATH']}",
+        "SAM_CLI_TELEMETRY": "0",
+    }
+    cmd = [str(sam), "build", "--template", str(TEMPLATE), "--build-dir", str(into)]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"sam build failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return into
+
+
 def lambda_env(spec: FunctionSpec) -> dict[str, str]:
-    task_root = str(REPO / spec.code_uri)
+    task_root = str(RUNTIME.task_root(spec))
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LANG": "C.UTF-8",
         "TZ": ":UTC",
         "LAMBDA_TASK_ROOT": task_root,
         "LAMBDA_RUNTIME_DIR": "/var/runtime",
-        "PYTHONPATH": f"{task_root}:{REPO / 'layers' / 'headwater'}",
+        "PYTHONPATH": f"{task_root}:{RUNTIME.layer}",
         "AWS_EXECUTION_ENV": f"AWS_Lambda_python{LAMBDA_RUNTIME_PY}",
         "AWS_LAMBDA_FUNCTION_NAME": f"{STACK}-{spec.name}",
         "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
@@ -308,7 +387,8 @@ def lambda_env(spec: FunctionSpec) -> dict[str, str]:
 
 # --- children -----------------------------------------------------------------------------
 def run_child(code: str, env: dict[str, str], cwd: str, *, importtime: bool = False) -> dict:
-    argv = [sys.executable, *(["-X", "importtime"] if importtime else []), "-c", CHILD]
+    argv = [RUNTIME.python, *RUNTIME.flags, *(["-X", "importtime"] if importtime else [])]
+    argv += ["-c", CHILD]
     t = time.perf_counter()
     proc = subprocess.run(
         [*argv, code, ",".join(WATCH_MODULES)],
@@ -332,7 +412,7 @@ def run_child(code: str, env: dict[str, str], cwd: str, *, importtime: bool = Fa
 
 def interpreter_start_ms(env: dict[str, str]) -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True, timeout=60)
+    subprocess.run([RUNTIME.python, *RUNTIME.flags, "-c", "pass"], env=env, check=True, timeout=60)
     return (time.perf_counter() - t) * 1000
 
 
@@ -461,7 +541,7 @@ def layer_closure(requirements: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-def artifact_sizes(tpl: dict[str, Any], specs: list[FunctionSpec]) -> dict[str, Any]:
+def artifact_sizes(tpl: dict[str, Any], specs: list[FunctionSpec], build: Path) -> dict[str, Any]:
     layers = {
         name: res["Properties"]
         for name, res in tpl.get("Resources", {}).items()
@@ -471,11 +551,10 @@ def artifact_sizes(tpl: dict[str, Any], specs: list[FunctionSpec]) -> dict[str, 
     metadata = tpl["Resources"][layer_name].get("Metadata") or {}
     excludes = LAYER_BUILD_EXCLUDES if metadata.get("BuildMethod") == "makefile" else ()
     content = REPO / str(layer_props["ContentUri"])
-    build = REPO / ".aws-sam" / "build"
     functions = {s.name: _tree_bytes(REPO / s.code_uri) for s in specs}
     out: dict[str, Any] = {"layer": layer_name, "content_uri": str(layer_props["ContentUri"])}
     if (build / layer_name).is_dir():
-        out["source"] = ".aws-sam/build"
+        out["source"] = f"sam build ({build})"
         out["total_bytes"] = _tree_bytes(build / layer_name, shipped=False)
         functions = {
             s.name: _tree_bytes(build / s.name, shipped=False) if (build / s.name).is_dir() else 0
@@ -552,15 +631,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7, help="fresh interpreters per measurement")
     ap.add_argument("--quick", action="store_true", help="1 run each, no importtime pass")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--out", type=Path, default=None, help=f"default {OUT.name} (or {OUT_BUILT.name})"
+    )
+    ap.add_argument(
+        "--built",
+        nargs="?",
+        const="auto",
+        metavar="BUILD_DIR",
+        help=f"measure what ships: python{LAMBDA_RUNTIME_PY} over a `sam build` directory "
+        "(built now into a temporary directory when none is given)",
+    )
     args = ap.parse_args(argv)
     runs = 1 if args.quick else max(1, args.runs)
+    global RUNTIME
+    with contextlib.ExitStack() as stack:
+        if args.built:
+            python = find_python312()
+            build = (
+                sam_build(python, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+                if args.built == "auto"
+                else Path(args.built).resolve()
+            )
+            RUNTIME = Runtime(python, ("-S",), build)
+        else:
+            RUNTIME = Runtime(sys.executable)
+        try:
+            return _main(args, runs, argv if argv is not None else sys.argv[1:])
+        finally:
+            RUNTIME = Runtime(sys.executable)
+
+
+def _main(args: argparse.Namespace, runs: int, argv: list[str]) -> dict[str, Any]:
+    out_path: Path = args.out or (OUT_BUILT if RUNTIME.build else OUT)
 
     tpl = load_template()
     specs = functions_from_template(tpl)
     floors = {s.name: FLOORS[s.kind] for s in specs}
     print(f"cold start: {len(specs)} functions from template.yaml, {runs} run(s) each")
-    print(f"  python {sys.version.split()[0]} here (Lambda runtime: {LAMBDA_RUNTIME_PY})")
+    runtime = {
+        "python": RUNTIME.version(),
+        "artifacts": "sam build (functions and layer as built, -S)" if RUNTIME.build else "sources",
+    }
+    print(f"  python {runtime['python']} over {runtime['artifacts']} (Lambda: {LAMBDA_RUNTIME_PY})")
     for s in specs:
         print(f"  floor {s.name}: {floors[s.name][0].replace(chr(10), '; ')}  ({s.kind})")
 
@@ -575,9 +688,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             env = lambda_env(s)
             code = floors[s.name][0]
             if code not in done:
-                floor_runs[code].append(run_child(code, env, str(REPO / s.code_uri)))
+                floor_runs[code].append(run_child(code, env, str(RUNTIME.task_root(s))))
                 done.add(code)
-            entry_runs[s.name].append(run_child(s.entry, env, str(REPO / s.code_uri)))
+            entry_runs[s.name].append(run_child(s.entry, env, str(RUNTIME.task_root(s))))
         print(f"  run {i + 1}/{runs} done")
 
     # The same imports with no bytecode to read (an empty cache prefix) and none written: what
@@ -588,15 +701,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for s in specs:
                 env = {**lambda_env(s), "PYTHONDONTWRITEBYTECODE": "1"}
                 env["PYTHONPYCACHEPREFIX"] = empty
-                nobc_runs[s.name].append(run_child(s.entry, env, str(REPO / s.code_uri)))
+                nobc_runs[s.name].append(run_child(s.entry, env, str(RUNTIME.task_root(s))))
 
     importtimes: dict[str, Any] = {}
     if not args.quick:
         for s in specs:
-            r = run_child(s.entry, lambda_env(s), str(REPO / s.code_uri), importtime=True)
+            r = run_child(s.entry, lambda_env(s), str(RUNTIME.task_root(s)), importtime=True)
             importtimes[s.name] = r.get("importtime")
 
-    sizes = artifact_sizes(tpl, specs)
+    sizes = artifact_sizes(tpl, specs, RUNTIME.build or REPO / ".aws-sam" / "build")
     layer_bytes = int(sizes["total_bytes"])
     start = _stats(start_ms)
     gbs = float(PRICES["lambda_gb_second"])
@@ -660,9 +773,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     result: dict[str, Any] = {
         "benchmark": "coldstart",
-        "command": "python -m bench.bench_coldstart " + " ".join(argv or sys.argv[1:]),
+        "command": "python -m bench.bench_coldstart " + " ".join(argv),
         "machine": machine_info(),
-        "params": {"runs": runs, "quick": args.quick, "lambda_runtime_python": LAMBDA_RUNTIME_PY},
+        "params": {
+            "runs": runs,
+            "quick": args.quick,
+            "lambda_runtime_python": LAMBDA_RUNTIME_PY,
+            "runtime": runtime,
+        },
         "method": (
             "median/p90 over fresh interpreters of the wall time of the import (perf_counter in "
             "the child), floor and import interleaved; est. INIT = `python -c pass` median + "
@@ -676,9 +794,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "targets_missed": [r["function"] for r in rows if not r["target"]["met"]],
     }
     print_report(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {out_path}")
     return result
 
 

@@ -37,11 +37,13 @@ def _python312() -> str:
     return out.stdout.strip()
 
 
-def test_sam_build_layer_serves_on_python312(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """python3.12 and a `sam build` of template.yaml made with it."""
     py312 = _python312()
     sam = REPO / ".venv-sam" / "bin" / "sam"
     assert sam.exists(), "run `make deps-sam`"
-    build_dir = tmp_path / "build"
+    build_dir = tmp_path_factory.mktemp("sam") / "build"
     env = {
         **os.environ,
         "PATH": f"{Path(py312).parent}:{os.environ['PATH']}",
@@ -57,6 +59,11 @@ def test_sam_build_layer_serves_on_python312(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return py312, build_dir
+
+
+def test_sam_build_layer_serves_on_python312(built: tuple[str, Path]) -> None:
+    py312, build_dir = built
     layer = build_dir / "HeadwaterLayer" / "python"
     assert (layer / "headwater" / "http" / "app.py").exists()
     # only what runs on Lambda ships: no local emulator or dev server
@@ -116,3 +123,29 @@ def test_sam_build_layer_serves_on_python312(tmp_path: Path) -> None:
     assert json.loads(missing) == []
     assert resp["statusCode"] == 200
     assert json.loads(resp["body"])["status"] == "ok"
+
+
+def test_the_cold_start_bench_measures_the_built_artifacts_on_python312(
+    built: tuple[str, Path], tmp_path: Path
+) -> None:
+    """bench_coldstart --built: the functions and the layer as `sam build` made them, bytecode
+    included, imported by the Lambda runtime's Python with nothing else importable (-S)."""
+    from bench import bench_coldstart
+
+    _, build_dir = built
+    out = tmp_path / "coldstart-built.json"
+    result = bench_coldstart.main(["--quick", f"--built={build_dir}", f"--out={out}"])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    runtime = result["params"]["runtime"]
+    assert runtime["python"].startswith("3.12.") and runtime["artifacts"].startswith("sam build")
+    assert result["errors"] == 0
+    assert result["artifacts"]["source"] == f"sam build ({build_dir})"
+    for row in result["functions"]:
+        # every handler imported from the build (no error, no network) and was timed
+        assert row["errors"] == [] and row["network_attempts"] == [], row["function"]
+        assert row["import"]["median_ms"] > 0 and row["floor"]["median_ms"] > 0
+        assert row["without_bytecode"]["median_ms"] > 0
+        # the built code of the function (its handler module, not the repo's source tree)
+        assert row["artifact"]["code_bytes"] > 0
+    # the bench is back to its default runtime after a --built run
+    assert bench_coldstart.RUNTIME.build is None

@@ -16,8 +16,10 @@ and calls this function once per event:
   the same invocation; later frames come from the forwarder (functions/forwarder).
 - $disconnect: the connection and its subscriptions are removed.
 
-Thin by design: no AWS client at import; everything is built on the first invocation and
-kept for the execution environment's life."""
+Thin by design: no AWS client at import; everything is built on the first invocation that
+needs it and kept for the execution environment's life. $connect and $disconnect need the
+keys, the connection store and the cap (`Gate`: http/ws_gate.py, no engine); the log engine
+and the command code are imported on the first $default message (`Runtime`)."""
 
 from __future__ import annotations
 
@@ -28,34 +30,32 @@ import gc
 # every later collection and collection resumes (docs/operations.md "Cold start").
 gc.disable()
 
-import asyncio
 import base64
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater import jsoncodec
-from headwater.engine.log import wall_ms
-from headwater.engine.ports.ws import ConnectionGone
-from headwater.engine.quotas import WS_CONNECTIONS
-from headwater.errors import HeadwaterError, Unauthorized, error_body
-from headwater.http.ws_commands import Commands
-from headwater.http.ws_frames import error_frame
-from headwater.http.ws_gateway import (
-    Delivery,
-    StoredSubscriptions,
-    new_connection,
-    now_s,
-    principal_of,
-)
+from headwater.engine.quotas import WS_CONNECTIONS, Quotas
+from headwater.errors import HeadwaterError, error_body
+from headwater.http.auth import KeyStore
+from headwater.http.ws_gate import drop_connection, new_connection, now_s
 from headwater.obs import function_logger, traced
-from headwater.services import LazyServices, Services
+from headwater.parameters import load_api_keys
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
-from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
+from headwater.storage.clients import AwsClients
+from headwater.storage.quota import DynamoQuotaStore
+from headwater.storage.ws_connections import DynamoWsStore
+
+# $default runs the /v0 commands over the log engine: that code is imported on the first
+# message, not at INIT ($connect and $disconnect need none of it; docs/operations.md).
+if TYPE_CHECKING:
+    from headwater.http.ws_gateway import Delivery
+    from headwater.services import Services
 
 logger = function_logger()  # the core's loggers write through it too
 
@@ -64,25 +64,59 @@ SAFETY_MARGIN_S = 5.0
 
 
 @dataclass(slots=True)
+class Gate:
+    """What $connect and $disconnect need: the API keys, the connection store and the
+    deployment-wide stream cap (its counter item is the one the engines' quotas use)."""
+
+    settings: Settings
+    clients: AwsClients
+    keys: KeyStore
+    store: DynamoWsStore
+    quotas: Quotas
+
+
+@dataclass(slots=True)
 class Runtime:
+    """What $default needs besides the gate: the services (the engine) and delivery."""
+
     svc: Services
     store: DynamoWsStore
     delivery: Delivery
 
 
+_gate: Gate | None = None
 _runtime: Runtime | None = None
+
+
+def gate() -> Gate:
+    global _gate
+    if _gate is None:
+        settings = Settings.from_env()
+        clients = AwsClients.create(settings)
+        keys = KeyStore.parse(
+            load_api_keys(settings, os.environ.get(ENV_API_KEYS_PARAMETER) or None)
+        )
+        store = DynamoWsStore(clients.dynamodb, settings)
+        quotas = Quotas(
+            DynamoQuotaStore(clients.dynamodb, settings),
+            settings.caps,
+            {WS_CONNECTIONS: lambda: store.count_connections(now_s())},
+        )
+        _gate = Gate(settings, clients, keys, store, quotas)
+    return _gate
 
 
 def runtime() -> Runtime:
     global _runtime
     if _runtime is None:
-        settings = Settings.from_env()
-        lazy = LazyServices(settings, None, None, os.environ.get(ENV_API_KEYS_PARAMETER) or None)
-        svc = lazy.get()
-        ddb = svc.clients.dynamodb
-        store = DynamoWsStore(ddb, settings)
-        poster = ApiGatewayPoster(settings.region)
-        _runtime = Runtime(svc, store, Delivery(svc.engine, store, poster, svc.quotas))
+        from headwater.http.ws_gateway import Delivery
+        from headwater.services import LazyServices
+        from headwater.storage.ws_connections import ApiGatewayPoster
+
+        g = gate()
+        svc = LazyServices(g.settings, g.clients, g.keys, None).get()
+        poster = ApiGatewayPoster(g.settings.region)
+        _runtime = Runtime(svc, g.store, Delivery(svc.engine, g.store, poster, svc.quotas))
     return _runtime
 
 
@@ -112,28 +146,28 @@ def _bearer_inputs(event: dict[str, Any]) -> tuple[str | None, str | None]:
     return headers.get("authorization"), (tokens[0] if tokens else None)
 
 
-def on_connect(rt: Runtime, event: dict[str, Any]) -> dict[str, Any]:
+def on_connect(g: Gate, event: dict[str, Any]) -> dict[str, Any]:
     ctx = event["requestContext"]
     try:
-        principal = rt.svc.keys.authenticate(*_bearer_inputs(event))
-        rt.svc.quotas.reserve(WS_CONNECTIONS)
+        principal = g.keys.authenticate(*_bearer_inputs(event))
+        g.quotas.reserve(WS_CONNECTIONS)
     except HeadwaterError as exc:
         logger.info("websocket refused", status=exc.status, code=exc.code)
         return _refusal(exc)
-    endpoint = management_endpoint(ctx, rt.svc.settings.region)
-    conn = new_connection(principal, ctx["connectionId"], endpoint, wall_ms())
+    endpoint = management_endpoint(ctx, g.settings.region)
+    conn = new_connection(principal, ctx["connectionId"], endpoint, int(time.time() * 1000))
     try:
-        rt.store.put_connection(conn)
+        g.store.put_connection(conn)
     except HeadwaterError as exc:
-        rt.svc.quotas.release(WS_CONNECTIONS)
+        g.quotas.release(WS_CONNECTIONS)
         return _refusal(exc)
     logger.info("websocket connected", connection_id=conn.connection_id, key_id=conn.key_id)
     return {"statusCode": 200}
 
 
-def on_disconnect(rt: Runtime, event: dict[str, Any]) -> dict[str, Any]:
+def on_disconnect(g: Gate, event: dict[str, Any]) -> dict[str, Any]:
     cid = event["requestContext"]["connectionId"]
-    conn = rt.delivery.drop_connection(cid)
+    conn = drop_connection(g.store, g.quotas, cid)
     logger.info("websocket disconnected", connection_id=cid, known=conn is not None)
     return {"statusCode": 200}
 
@@ -146,6 +180,14 @@ def _raw(event: dict[str, Any]) -> str | bytes:
 
 
 async def on_message(rt: Runtime, event: dict[str, Any], deadline: float) -> None:
+    import asyncio
+
+    from headwater.engine.ports.ws import ConnectionGone
+    from headwater.errors import Unauthorized
+    from headwater.http.ws_commands import Commands
+    from headwater.http.ws_frames import error_frame
+    from headwater.http.ws_gateway import StoredSubscriptions, principal_of
+
     ctx = event["requestContext"]
     cid = ctx["connectionId"]
     delivery = rt.delivery
@@ -194,12 +236,14 @@ async def on_message(rt: Runtime, event: dict[str, Any], deadline: float) -> Non
     correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True
 )
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    rt = runtime()
     route = event.get("requestContext", {}).get("routeKey")
     if route == "$connect":
-        return on_connect(rt, event)
+        return on_connect(gate(), event)
     if route == "$disconnect":
-        return on_disconnect(rt, event)
+        return on_disconnect(gate(), event)
+    import asyncio
+
+    rt = runtime()
     remaining_s = context.get_remaining_time_in_millis() / 1000
     deadline = time.monotonic() + max(remaining_s - SAFETY_MARGIN_S, 1.0)
     loop = asyncio.new_event_loop()

@@ -184,7 +184,7 @@ def test_the_keys_parameter_pattern_takes_both_forms(
 
 
 def test_the_app_reads_a_secret_named_secret_colon(monkeypatch: pytest.MonkeyPatch) -> None:
-    from headwater.services import load_secret
+    from headwater.parameters import load_secret
 
     for k, v in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
         monkeypatch.setenv(k, v)

@@ -430,7 +430,7 @@ def test_connection_cap_refuses_then_recounts(
         TableName=world.settings.table_name("sessions"),
         Key={"pk": {"S": f"wsc#{A}"}, "sk": {"S": "conn"}},
     )
-    world.ws.runtime().svc.quotas.recount_interval_s = 0  # (rate-limited per process)
+    world.ws.gate().quotas.recount_interval_s = 0  # (rate-limited per process)
     # THEN the recount corrects the counter and B is admitted
     assert world.call(_connect_event(B, FULL_KEY))["statusCode"] == 200
     assert world.counter() == 1

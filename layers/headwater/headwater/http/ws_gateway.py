@@ -33,16 +33,40 @@ from typing import Any, Protocol
 from headwater import jsoncodec
 from headwater.engine.log import LogEngine
 from headwater.engine.ports.ws import ConnectionGone, WsConnection, WsSubscription
-from headwater.engine.quotas import WS_CONNECTIONS, Quotas
+from headwater.engine.quotas import Quotas
 from headwater.engine.watch import TopicFeed, WatchSpec
 from headwater.errors import HeadwaterError, PayloadTooLarge
-from headwater.http.auth import Principal
 from headwater.http.ws_frames import error_frame, event_frame
+
+# The connection side ($connect, $disconnect) lives in ws_gate, without the engine; its
+# names are this module's too.
+from headwater.http.ws_gate import (
+    CONNECTION_TTL_S,
+    WsStore,
+    drop_connection,
+    new_connection,
+    now_s,
+    principal_of,
+)
+
+__all__ = [
+    "CONNECTION_TTL_S",
+    "MAX_BATCH_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "Delivered",
+    "Delivery",
+    "Poster",
+    "StoredSubscriptions",
+    "WsStore",
+    "drop_connection",
+    "fit_message",
+    "new_connection",
+    "now_s",
+    "principal_of",
+]
 
 log = logging.getLogger(__name__)
 
-# API Gateway closes every WebSocket connection after 2 hours; its items live as long.
-CONNECTION_TTL_S = 2 * 3600 + 60
 # API Gateway's WebSocket message limit (post_to_connection refuses more).
 MAX_MESSAGE_BYTES = 128 * 1024
 # Record batches are read at most this big, so a frame normally fits one message; a frame
@@ -51,48 +75,11 @@ MAX_BATCH_BYTES = 120 * 1024
 DELIVERY_CONCURRENCY = 16  # subscriptions of one topic delivered at once
 
 
-class WsStore(Protocol):
-    def put_connection(self, conn: WsConnection) -> None: ...
-    def get_connection(self, connection_id: str, now_s: int) -> WsConnection | None: ...
-    def delete_connection(self, connection_id: str) -> WsConnection | None: ...
-    def add_topic(self, connection_id: str, topic: str) -> bool: ...
-    def remove_topic(self, connection_id: str, topic: str) -> None: ...
-    def count_connections(self, now_s: int) -> int: ...
-    def put_subscription(self, sub: WsSubscription) -> None: ...
-    def delete_subscription(
-        self, topic: str, connection_id: str, gen: str | None = None
-    ) -> bool: ...
-    def subscriptions(self, topic: str, now_s: int) -> list[WsSubscription]: ...
-    def advance(self, sub: WsSubscription, cursor: int, live: bool, fresh: bool) -> bool: ...
-
-
 class Poster(Protocol):
     """Frames to a connection (raises ConnectionGone when the client has left)."""
 
     def post(self, endpoint: str, connection_id: str, data: bytes) -> None: ...
     def close(self, endpoint: str, connection_id: str) -> None: ...
-
-
-def now_s() -> int:
-    return int(time.time())
-
-
-def new_connection(
-    principal: Principal, connection_id: str, endpoint: str, now_ms: int
-) -> WsConnection:
-    return WsConnection(
-        connection_id=connection_id,
-        key_id=principal.key_id,
-        scopes=principal.scopes,
-        prefixes=principal.prefixes,
-        endpoint=endpoint,
-        connected_ms=now_ms,
-        expires_s=now_ms // 1000 + CONNECTION_TTL_S,
-    )
-
-
-def principal_of(conn: WsConnection) -> Principal:
-    return Principal(conn.key_id, conn.scopes, conn.prefixes)
 
 
 class StoredSubscriptions:
@@ -216,16 +203,8 @@ class Delivery:
             await asyncio.to_thread(self.poster.post, endpoint, connection_id, message)
 
     def drop_connection(self, connection_id: str) -> WsConnection | None:
-        """Remove a connection and its subscriptions (on $disconnect, or when a post finds
-        the client gone). Only the caller that removed the item releases its cap slot."""
-        conn = self.store.delete_connection(connection_id)
-        if conn is None:
-            return None
-        for topic in conn.topics:
-            self.store.delete_subscription(topic, connection_id)
-        if self.quotas is not None:
-            self.quotas.release(WS_CONNECTIONS)
-        return conn
+        """ws_gate.drop_connection over this delivery's store and quotas."""
+        return drop_connection(self.store, self.quotas, connection_id)
 
     async def deliver(self, sub: WsSubscription, deadline: float) -> Delivered:
         """Post the subscription's frames from its stored cursor towards the head (until

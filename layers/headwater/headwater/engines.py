@@ -7,9 +7,7 @@ WebSocket function never the queue (bench/bench_coldstart.py; the cold start is 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from headwater.engine.log import LogEngine, wall_ms
 from headwater.engine.quotas import (
@@ -21,6 +19,7 @@ from headwater.engine.quotas import (
     CountedSessions,
     Quotas,
 )
+from headwater.once import BuiltOnce
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
     from headwater.engine.tiering import Upkeep
     from headwater.storage.routers import DynamoRouterStore
 
-T = TypeVar("T")
-
 
 class Core:
     """The engines over storage, without the HTTP concerns (keys, connection caps): what
@@ -44,11 +41,7 @@ class Core:
     `upkeep` are built (their code imported) on first use, once, whichever thread asks."""
 
     __slots__ = (
-        "_lock",
-        "_queues",
-        "_router_store",
-        "_routers",
-        "_upkeep",
+        "_parts",
         "clients",
         "engine",
         "quotas",
@@ -72,21 +65,7 @@ class Core:
         self.quotas = quotas
         self.sessions = sessions
         self.segments = segments
-        self._lock = threading.RLock()  # routers' build takes the router store's turn
-        self._queues: QueueEngine | None = None
-        self._routers: RouterEngine | None = None
-        self._upkeep: Upkeep | None = None
-        self._router_store: DynamoRouterStore | None = None
-
-    def _once(self, slot: str, build: Callable[[], T]) -> T:
-        got: T | None = getattr(self, slot)
-        if got is None:
-            with self._lock:
-                got = getattr(self, slot)
-                if got is None:
-                    got = build()
-                    setattr(self, slot, got)
-        return got
+        self._parts = BuiltOnce()
 
     @property
     def upkeep(self) -> Upkeep:
@@ -95,7 +74,7 @@ class Core:
 
             return Upkeep(self.engine, self.segments)
 
-        return self._once("_upkeep", build)
+        return self._parts.get("upkeep", build)
 
     @property
     def router_store(self) -> DynamoRouterStore:
@@ -104,7 +83,7 @@ class Core:
 
             return DynamoRouterStore(self.clients.dynamodb, self.settings)
 
-        return self._once("_router_store", build)
+        return self._parts.get("router_store", build)
 
     @property
     def routers(self) -> RouterEngine:
@@ -115,7 +94,7 @@ class Core:
                 self.engine, self.router_store, poll_s=self.settings.poll_interval_ms / 1000
             )
 
-        return self._once("_routers", build)
+        return self._parts.get("routers", build)
 
     @property
     def queues(self) -> QueueEngine:
@@ -125,7 +104,7 @@ class Core:
 
             return QueueEngine(self.engine, DynamoLeaseStore(self.clients.dynamodb, self.settings))
 
-        return self._once("_queues", build)
+        return self._parts.get("queues", build)
 
     @classmethod
     def build(cls, settings: Settings, clients: AwsClients | None = None) -> Core:

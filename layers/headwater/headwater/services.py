@@ -19,6 +19,7 @@ from headwater.engines import Core
 from headwater.errors import ConfigurationError
 from headwater.http.auth import KeyStore
 from headwater.http.limits import ConnectionLimits
+from headwater.once import BuiltOnce
 from headwater.parameters import load_api_keys, load_secret
 from headwater.settings import (
     ENV_FLAG_TOKENS_PARAMETER,
@@ -98,8 +99,7 @@ class Services:
     flag_tokens: TokenStore | None = None
     started_monotonic: float = field(default_factory=time.monotonic)
     shutting_down: bool = False
-    _surfaces: dict[str, object] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _surfaces: BuiltOnce = field(default_factory=BuiltOnce)
 
     # The core's own lazy parts (headwater/engines.py): imported and built on first use.
     @property
@@ -114,15 +114,6 @@ class Services:
     def upkeep(self) -> Upkeep:
         return self.core.upkeep
 
-    def _surface(self, name: str, build: object) -> object:
-        got = self._surfaces.get(name)
-        if got is None:
-            with self._lock:
-                got = self._surfaces.get(name)
-                if got is None:
-                    got = self._surfaces[name] = build()  # type: ignore[operator]
-        return got
-
     @property
     def notifications(self) -> NotificationService:
         def build() -> NotificationService:
@@ -134,11 +125,11 @@ class Services:
                 self.schema, NotificationStore(self.engine), self.settings.notify
             )
 
-        return self._surface("notifications", build)  # type: ignore[return-value]
+        return self._surfaces.get("notifications", build)
 
     @property
     def flags(self) -> FlagService:
-        return self._surface("flags", lambda: build_flags(self.core, self.flag_tokens))  # type: ignore[return-value]
+        return self._surfaces.get("flags", lambda: build_flags(self.core, self.flag_tokens))
 
     @property
     def streams(self) -> DurableStreams:
@@ -147,11 +138,11 @@ class Services:
 
             return DurableStreams(self.engine, self.engine.clock)
 
-        return self._surface("streams", build)  # type: ignore[return-value]
+        return self._surfaces.get("streams", build)
 
     @property
     def index_catalogue(self) -> DynamoIndexCatalogue:
-        return self._surface("index_catalogue", self._build_catalogue)  # type: ignore[return-value]
+        return self._surfaces.get("index_catalogue", self._build_catalogue)
 
     def _build_catalogue(self) -> DynamoIndexCatalogue:
         from headwater.storage.index_catalogue import DynamoIndexCatalogue
@@ -174,7 +165,7 @@ class Services:
                 self.uptime_ms,
             )
 
-        return self._surface("dashboard", build)  # type: ignore[return-value]
+        return self._surfaces.get("dashboard", build)
 
     @classmethod
     def build(
@@ -209,7 +200,7 @@ class Services:
             flag_tokens,
         )
         # A purged incarnation's index catalogue is removed whichever surface runs the purge.
-        svc._surface("index_catalogue", svc._build_catalogue)
+        svc._surfaces.get("index_catalogue", svc._build_catalogue)
         return svc
 
     def begin_shutdown(self) -> None:

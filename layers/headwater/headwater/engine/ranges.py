@@ -37,12 +37,10 @@ class RangeReader:
                 head = self.core.heads.get(topic)
             if head is None or head.deleted:
                 raise TopicNotFound(topic)
-            capped = head
-            if upto is not None and upto < head.head_seq:
-                capped = dataclasses.replace(head, head_seq=upto)  # read as if it ended there
             try:
-                rr = self._range_of(capped, after, limit, max_bytes, tag_json)
-                return rr if capped is head else dataclasses.replace(rr, head=head)
+                rr = self._range_upto(head, upto, after, limit, max_bytes, tag_json)
+                assert rr is not None  # read from storage when not cached
+                return rr
             except StaleHead:
                 head = None
         raise StorageUnavailable(_MOVED, headers={"Retry-After": "1"})
@@ -55,36 +53,50 @@ class RangeReader:
         cached). None when it needs storage: sealed history, or tail frames not cached."""
         if head.deleted:
             return None  # read_range_sync says what became of it
+        return self._range_upto(head, upto, after, limit, max_bytes, None, cached_only=True)
+
+    def _range_upto(
+        self,
+        head: Head,
+        upto: int | None,
+        after: int,
+        limit: int,
+        max_bytes: int,
+        tag_json: bytes | None,
+        *,
+        cached_only: bool = False,
+    ) -> RangeRead | None:
+        """_range_of the log as if it ended at `upto` (when before its head), answered with
+        the real head."""
         capped = head
         if upto is not None and upto < head.head_seq:
-            capped = dataclasses.replace(head, head_seq=upto)
-        start = max(after, capped.earliest_seq - 1)
-        if start >= capped.head_seq:
-            rr = RangeRead(capped, [], max(after, capped.head_seq), 0)
-        else:
-            if start < capped.sealed_through:
-                return None
-            frames = self.core.cache.run(capped.log_key, start, capped.del_ver)
-            covered = frames[-1].last_seq if frames else start
-            cached = sum(f.payload_bytes for f in frames)
-            if (
-                covered < capped.head_seq
-                and covered - start < limit
-                and not 0 < max_bytes <= cached
-            ):
-                return None
-            rr = self._walk(capped, after, start, limit, max_bytes, None, frames)
-        return rr if capped is head else dataclasses.replace(rr, head=head)
+            capped = dataclasses.replace(head, head_seq=upto)  # read as if it ended there
+        rr = self._range_of(capped, after, limit, max_bytes, tag_json, cached_only=cached_only)
+        return rr if rr is None or capped is head else dataclasses.replace(rr, head=head)
 
     def _range_of(
-        self, head: Head, after: int, limit: int, max_bytes: int, tag_json: bytes | None
-    ) -> RangeRead:
+        self,
+        head: Head,
+        after: int,
+        limit: int,
+        max_bytes: int,
+        tag_json: bytes | None,
+        *,
+        cached_only: bool = False,
+    ) -> RangeRead | None:
         start = max(after, head.earliest_seq - 1)
         if start >= head.head_seq:
             return RangeRead(head, [], max(after, head.head_seq), 0)
         # A key-filtered read examines up to 64x its page before answering with what it has.
         want = limit if tag_json is None else limit * 64
-        frames = self.scan.frames_after(head, start, want, max_bytes if tag_json is None else 0)
+        budget = max_bytes if tag_json is None else 0
+        if cached_only:
+            cached = self.scan.frames_cached(head, start, want, budget)
+            if cached is None:
+                return None
+            frames = cached
+        else:
+            frames = self.scan.frames_after(head, start, want, budget)
         return self._walk(head, after, start, limit, max_bytes, tag_json, frames)
 
     def _walk(

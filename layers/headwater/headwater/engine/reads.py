@@ -155,11 +155,8 @@ class DiffReader:
             return None
         if start >= head.head_seq:
             return DiffResult([], max(req.from_seq, head.head_seq), head, 0)
-        if start < head.sealed_through:
-            return None
-        frames = self.core.cache.run(head.log_key, start, head.del_ver)
-        covered = frames[-1].last_seq if frames else start
-        if covered < head.head_seq and covered - start < req.limit:
+        frames = self.scan.frames_cached(head, start, req.limit)
+        if frames is None:
             return None
         horizon = self.horizon(head)
         if horizon is not None and _expired_prefix(head, frames, start, horizon):

@@ -81,11 +81,11 @@ class FrameScan:
             start = max(covered, head.sealed_through)
             if want <= 0 or start >= head.head_seq:
                 return out
-        frames = c.cache.run(head.log_key, start, head.del_ver)
-        covered = frames[-1].last_seq if frames else start
-        have = covered - start
-        cached = sum(f.payload_bytes for f in frames)
-        if covered < head.head_seq and have < want and not 0 < max_bytes <= cached:
+        frames, enough = self._cached_run(head, start, want, max_bytes)
+        if not enough:
+            covered = frames[-1].last_seq if frames else start
+            have = covered - start
+            cached = sum(f.payload_bytes for f in frames)
             budget = max(1, max_bytes - cached) if max_bytes else 0
             fetched = c.tail.read_frames(head, covered, head.head_seq, want - have, budget)
             if not fetched or fetched[0].first_seq > covered + 1:
@@ -94,6 +94,27 @@ class FrameScan:
                 c.cache.put(head.log_key, f, head.del_ver)
             frames = frames + [f for f in fetched if f.last_seq > covered]
         return out + frames
+
+    def frames_cached(
+        self, head: Head, start: int, want: int, max_bytes: int = 0
+    ) -> list[Frame] | None:
+        """frames_after from this process's frame cache alone, or None when it would read
+        storage (sealed history, or tail frames not cached)."""
+        if start < head.sealed_through:
+            return None
+        frames, enough = self._cached_run(head, start, want, max_bytes)
+        return frames if enough else None
+
+    def _cached_run(
+        self, head: Head, start: int, want: int, max_bytes: int
+    ) -> tuple[list[Frame], bool]:
+        """The cached run of tail frames after `start`, and whether it is all frames_after
+        needs: the log's end, `want` records, or `max_bytes` payload bytes (0: no budget)."""
+        frames = self.core.cache.run(head.log_key, start, head.del_ver)
+        covered = frames[-1].last_seq if frames else start
+        cached = sum(f.payload_bytes for f in frames)
+        enough = covered >= head.head_seq or covered - start >= want or 0 < max_bytes <= cached
+        return frames, enough
 
     def records_between(self, head: Head, lo: int, hi: int) -> Iterator[tuple[StoredRecord, Frame]]:
         """Every stored record with lo <= seq < hi (deleted ones too), with its frame,

@@ -5,42 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from bench import bench_coldstart
 
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _python312() -> str:
-    env = dict(os.environ)
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        versions = subprocess.run(
-            [pyenv, "versions", "--bare"], capture_output=True, text=True, check=False
-        ).stdout.split()
-        v312 = sorted(v for v in versions if v.startswith("3.12"))
-        if v312:
-            env["PYENV_VERSION"] = v312[-1]
-    out = subprocess.run(
-        ["python3.12", "-c", "import sys; print(sys.executable)"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert out.returncode == 0, "python3.12 (the Lambda runtime) is needed for sam build"
-    return out.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """python3.12 and a `sam build` of template.yaml made with it."""
-    py312 = _python312()
+    py312 = bench_coldstart.find_python312()  # python3.12 (the Lambda runtime)
     sam = REPO / ".venv-sam" / "bin" / "sam"
     assert sam.exists(), "run `make deps-sam`"
     build_dir = tmp_path_factory.mktemp("sam") / "build"
@@ -130,8 +109,6 @@ def test_the_cold_start_bench_measures_the_built_artifacts_on_python312(
 ) -> None:
     """bench_coldstart --built: the functions and the layer as `sam build` made them, bytecode
     included, imported by the Lambda runtime's Python with nothing else importable (-S)."""
-    from bench import bench_coldstart
-
     _, build_dir = built
     out = tmp_path / "coldstart-built.json"
     result = bench_coldstart.main(["--quick", f"--built={build_dir}", f"--out={out}"])

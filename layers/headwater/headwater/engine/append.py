@@ -7,7 +7,6 @@ returned."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import random
@@ -15,7 +14,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from headwater.engine import config as topic_config
 from headwater.engine.core import LogCore
@@ -50,6 +49,9 @@ from headwater.errors import (
     TopicNotFound,
 )
 from headwater.names import object_key_component
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 APPEND_BUDGET_S = 20.0
@@ -101,6 +103,8 @@ class Appender:
         self._writers: dict[str, _Writer] = {}
 
     async def append(self, topic: str, req: AppendRequest) -> AppendResult:
+        import asyncio  # not at the top: see engine/__init__.py
+
         loop = asyncio.get_running_loop()
         pending = _Pending(req, loop.create_future(), len(req.records))
         writer = self._writers.setdefault(topic, _Writer())
@@ -110,6 +114,8 @@ class Appender:
         return await pending.future
 
     async def _drain(self, topic: str, writer: _Writer) -> None:
+        import asyncio  # not at the top: see engine/__init__.py
+
         limit = self.core.settings.group_commit_max_records
         while writer.queue:
             group: list[_Pending] = [writer.queue.popleft()]

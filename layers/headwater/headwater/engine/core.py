@@ -3,15 +3,16 @@ the heads this process knows, the change notifier and the I/O pools.
 
 The parts (topics.py, append.py, scan.py, reads.py, ranges.py, deletes.py, upkeep.py) each
 hold this one object; LogEngine (log.py) is their façade, and the only one of them that
-code outside them uses."""
+code outside them uses. The composition root (engines.Core) builds this core first and the
+façade on first use: the sealer's upkeep (tiering.py) works on the core and a FrameScan, and
+never loads the other parts."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from headwater.engine.cache import FrameCache
 from headwater.engine.heads import HeadHub, KnownHeads
@@ -20,6 +21,9 @@ from headwater.engine.ports import BlobStore, Head, HeadStore, LogTailStore, Seg
 from headwater.engine.quotas import Quotas
 from headwater.engine.sealed import SealedReader
 from headwater.settings import Settings
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 
@@ -105,10 +109,14 @@ class LogCore:
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking storage call on the I/O pool."""
+        import asyncio  # not at the top: see engine/__init__.py
+
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def submit_io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Start a background storage write (off the read pool) without waiting for it."""
+        import asyncio  # not at the top: see engine/__init__.py
+
         return asyncio.get_running_loop().run_in_executor(self.bg_pool, fn, *args)
 
     def quota_reserve(self, name: str, amount: int) -> None:

@@ -12,16 +12,19 @@ read per record."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from headwater.engine.notifier import Notifier
 from headwater.engine.ports import Head, HeadStore
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +90,13 @@ class HeadHub:
         self.poll_max_s = poll_max_s
         self.watched: Counter[str] = Counter()
         self._task: asyncio.Task[None] | None = None
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None  # made with the task
         self.polls = 0  # BatchGetItem calls made (for tests and benchmarks)
 
     def watch(self, topic: str) -> None:
         self.watched[topic] += 1
-        self._changed.set()
+        if self._changed is not None:
+            self._changed.set()
         self._ensure_running()
 
     def unwatch(self, topic: str) -> None:
@@ -102,6 +106,8 @@ class HeadHub:
             self.watched[topic] -= 1
 
     def _ensure_running(self) -> None:
+        import asyncio  # not at the top: see engine/__init__.py
+
         loop = asyncio.get_running_loop()
         task = self._task
         if task is not None and not task.done() and task.get_loop() is loop:
@@ -116,6 +122,10 @@ class HeadHub:
             self._task = None
 
     async def _run(self) -> None:
+        import asyncio  # not at the top: see engine/__init__.py
+
+        changed = self._changed
+        assert changed is not None
         poll = POLL_MIN_S
         idle_since: float | None = None
         while True:
@@ -124,10 +134,10 @@ class HeadHub:
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since > IDLE_EXIT_S:
                     return
-                self._changed.clear()
+                changed.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(IDLE_EXIT_S):
-                        await self._changed.wait()
+                        await changed.wait()
                 continue
             idle_since = None
             news = False
@@ -136,12 +146,14 @@ class HeadHub:
             except Exception:  # storage trouble: keep going, readers still have their timers
                 log.warning("head poll failed", exc_info=True)
             poll = POLL_MIN_S if news else min(poll * 2, self.poll_max_s())
-            self._changed.clear()
+            changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll):
-                    await self._changed.wait()
+                    await changed.wait()
 
     async def _poll(self, topics: list[str]) -> bool:
+        import asyncio  # not at the top: see engine/__init__.py
+
         news = False
         for i in range(0, len(topics), MAX_KEYS):
             chunk = topics[i : i + MAX_KEYS]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Notifier:
@@ -19,6 +22,8 @@ class Notifier:
 
     async def wait(self, topic: str, timeout_s: float) -> bool:
         """True if woken by an append, False on timeout."""
+        import asyncio  # not at the top: see engine/__init__.py
+
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(topic, set()).add(fut)
         try:

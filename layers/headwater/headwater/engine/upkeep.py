@@ -4,14 +4,17 @@ topic, one run at a time, and a request held back is deferred rather than droppe
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from headwater.engine.core import LogCore
 from headwater.engine.retention import upkeep_due
+
+if TYPE_CHECKING:
+    import asyncio
 
 UPKEEP_INTERVAL_S = 1.0  # an append starts upkeep of its topic at most this often
 log = logging.getLogger(__name__)
@@ -34,6 +37,8 @@ class UpkeepTrigger:
         tiering = self.core.settings.tiering
         if head is None or self.run is None or not tiering.inline or not upkeep_due(head, tiering):
             return
+        import asyncio  # not at the top: see engine/__init__.py
+
         self._request(topic, asyncio.get_running_loop())
 
     def _request(self, topic: str, loop: asyncio.AbstractEventLoop) -> None:

@@ -69,7 +69,7 @@ def process(account: MemoryAccount, clock: ManualClock, settings: Settings = SET
         quotas=quotas,
         segments=stores.segments,
     )
-    upkeep = Upkeep(engine, stores.segments)
+    upkeep = Upkeep(engine.core, stores.segments)
     engine.upkeep = upkeep.run
     return Process(engine, upkeep, QueueEngine(engine, stores.leases), stores)
 

@@ -57,3 +57,10 @@ def test_a_sibling_engine_importing_a_part_of_the_log_engine_breaks_a_contract(
     out = _lint(_copy_with(tmp_path, "engine/queue.py", "from headwater.engine import append"))
     assert out.returncode != 0
     assert "headwater.engine.queue -> headwater.engine.append" in out.stdout, out.stdout[-3000:]
+
+
+def test_the_sealers_upkeep_importing_the_log_engine_breaks_a_contract(tmp_path: Path) -> None:
+    # (what keeps the sealer's cold start to the engine's core: engines.Core)
+    out = _lint(_copy_with(tmp_path, "engine/tiering.py", "from headwater.engine import log"))
+    assert out.returncode != 0
+    assert "headwater.engine.tiering -> headwater.engine.log" in out.stdout, out.stdout[-3000:]

@@ -1,15 +1,17 @@
 """The engines over storage, without any surface or HTTP concern: what every entry point
 needs, the stream-triggered and scheduled Lambdas included. Importing it loads the log
-engine and the storage adapters it needs, no more (no web framework, no surface's schemas,
-no geometry). The queue, router and upkeep engines, and their adapters, are imported and
-built on first use: the sealer never loads the queue or the routers, the forwarder and the
-WebSocket function never the queue (bench/bench_coldstart.py; the cold start is billed)."""
+engine's core (its ports, caches and I/O pools) and the storage adapters, no more (no web
+framework, no surface's schemas, no geometry). The log engine's parts (append, reads,
+deletes: engine/log.py), the queue, router and upkeep engines, and their adapters, are
+imported and built on first use: the sealer loads only the core and its upkeep, the
+forwarder and the WebSocket function never the queue (bench/bench_coldstart.py; the cold
+start is billed)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from headwater.engine.log import LogEngine, wall_ms
+from headwater.engine.core import LogCore, wall_ms
 from headwater.engine.quotas import (
     ROUTERS,
     TOPICS,
@@ -29,6 +31,7 @@ from headwater.storage.segments import DynamoSegmentStore
 from headwater.storage.sessions import DynamoSessionStore
 
 if TYPE_CHECKING:
+    from headwater.engine.log import LogEngine
     from headwater.engine.queue import QueueEngine
     from headwater.engine.routers import RouterEngine
     from headwater.engine.tiering import Upkeep
@@ -37,13 +40,15 @@ if TYPE_CHECKING:
 
 class Core:
     """The engines over storage, without the HTTP concerns (keys, connection caps): what
-    every entry point needs, the stream-triggered Lambdas included. `queues`, `routers` and
-    `upkeep` are built (their code imported) on first use, once, whichever thread asks."""
+    every entry point needs, the stream-triggered Lambdas included. `log_core` (the log
+    engine's shared core) is built at once; `engine` (the log engine over it), `queues`,
+    `routers` and `upkeep` are built (their code imported) on first use, once, whichever
+    thread asks."""
 
     __slots__ = (
         "_parts",
         "clients",
-        "engine",
+        "log_core",
         "quotas",
         "segments",
         "sessions",
@@ -54,25 +59,37 @@ class Core:
         self,
         settings: Settings,
         clients: AwsClients,
-        engine: LogEngine,
+        log_core: LogCore,
         quotas: Quotas,
         sessions: CountedSessions,
         segments: DynamoSegmentStore,
     ) -> None:
         self.settings = settings
         self.clients = clients
-        self.engine = engine
+        self.log_core = log_core
         self.quotas = quotas
         self.sessions = sessions
         self.segments = segments
         self._parts = BuiltOnce()
 
     @property
+    def engine(self) -> LogEngine:
+        def build() -> LogEngine:
+            from headwater.engine.log import LogEngine
+
+            engine = LogEngine.over(self.log_core)
+            # Tiering runs after an append that crosses a threshold; its code loads then.
+            engine.upkeep = lambda topic: self.upkeep.run(topic)
+            return engine
+
+        return self._parts.get("engine", build)
+
+    @property
     def upkeep(self) -> Upkeep:
         def build() -> Upkeep:
             from headwater.engine.tiering import Upkeep
 
-            return Upkeep(self.engine, self.segments)
+            return Upkeep(self.log_core, self.segments)
 
         return self._parts.get("upkeep", build)
 
@@ -132,8 +149,6 @@ class Core:
             },
         )
         segments = DynamoSegmentStore(clients.dynamodb, settings)
-        engine = LogEngine(heads, tail, blobs, settings, quotas=quotas, segments=segments)
-        core = cls(settings, clients, engine, quotas, CountedSessions(sessions, quotas), segments)
-        # Tiering runs after an append that crosses a threshold; its code loads then.
-        engine.upkeep = lambda topic: core.upkeep.run(topic)
+        log_core = LogCore(heads, tail, blobs, settings, wall_ms, quotas, segments)
+        core = cls(settings, clients, log_core, quotas, CountedSessions(sessions, quotas), segments)
         return core

@@ -15,9 +15,8 @@ keeps serving while DynamoDB answers."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from headwater.engine.append import Appender
 from headwater.engine.cache import FrameCache
@@ -46,6 +45,9 @@ from headwater.engine.values import (
 )
 from headwater.settings import Settings
 
+if TYPE_CHECKING:
+    import asyncio
+
 __all__ = ["PROTOCOL_TOPIC_MARK", "LogEngine", "wall_ms"]
 
 T = TypeVar("T")
@@ -62,7 +64,18 @@ class LogEngine:
         quotas: Quotas | None = None,
         segments: SegmentStore | None = None,
     ) -> None:
-        self.core = core = LogCore(heads, tail, blobs, settings, clock, quotas, segments)
+        self._assemble(LogCore(heads, tail, blobs, settings, clock, quotas, segments))
+
+    @classmethod
+    def over(cls, core: LogCore) -> LogEngine:
+        """The engine's parts over a core built already (engines.Core builds the core first:
+        the sealer's upkeep needs it and not the engine)."""
+        engine = cls.__new__(cls)
+        engine._assemble(core)
+        return engine
+
+    def _assemble(self, core: LogCore) -> None:
+        self.core = core
         self.topics = Topics(core)
         self.scan = FrameScan(core)
         self.upkeep_trigger = UpkeepTrigger(core)

@@ -9,7 +9,6 @@ on AWS the sealer function runs the same sweep on a schedule."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -17,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from headwater.engine.log import LogEngine
+from headwater.engine.core import LogCore
 from headwater.engine.ports import (
     SEGMENT_PREFIX,
     EvictCommit,
@@ -30,6 +29,7 @@ from headwater.engine.ports import (
 from headwater.engine.quotas import TOTAL_BYTES
 from headwater.engine.records import Frame
 from headwater.engine.retention import is_tiered, merge_runs, over_cap, retention_ms
+from headwater.engine.scan import FrameScan
 from headwater.engine.sealed import StaleHead
 from headwater.engine.segment import encode_index, encode_segment, object_keys
 from headwater.errors import HeadwaterError
@@ -72,8 +72,9 @@ class UpkeepReport:
 
 
 class Upkeep:
-    def __init__(self, log_engine: LogEngine, segments: SegmentStore) -> None:
-        self.log = log_engine
+    def __init__(self, core: LogCore, segments: SegmentStore) -> None:
+        self.log = core
+        self.scan = FrameScan(core)
         self.segments = segments
 
     @property
@@ -139,6 +140,8 @@ class Upkeep:
 
     async def timer(self, interval_s: float) -> None:
         """The in-process sealer: a sweep every interval, on a worker thread."""
+        import asyncio  # not at the top: see engine/__init__.py
+
         while True:
             await asyncio.sleep(interval_s)
             try:
@@ -157,7 +160,7 @@ class Upkeep:
                 break
             for seg in segs:
                 if seg.first_seq < es:
-                    n, b = self.log.live_between(head, es, seg.last_seq + 1)
+                    n, b = self.scan.live_between(head, es, seg.last_seq + 1)
                 else:
                     n, b = seg.count - seg.deleted_count, seg.bytes - seg.deleted_bytes
                 yield _Unit(seg.first_seq, seg.last_seq, n, b, seg.max_ts, segment=seg)
@@ -169,7 +172,7 @@ class Upkeep:
                 break
             for f in summaries:
                 if f.first_seq < es:
-                    n, b = self.log.live_between(head, es, f.last_seq + 1)
+                    n, b = self.scan.live_between(head, es, f.last_seq + 1)
                 else:
                     n = f.last_seq - f.first_seq + 1 - f.deleted_count
                     b = f.bytes - f.deleted_bytes
@@ -207,7 +210,7 @@ class Upkeep:
         if not drop:
             return head
         last = drop[-1][0].last_seq
-        new_es = self.log.first_live(head, last + 1)
+        new_es = self.scan.first_live(head, last + 1)
         runs = merge_runs(head.evictions, [(u.last_seq, r) for u, r in drop])
         unsealed = sum(u.frame.bytes for u, _ in drop if u.frame is not None)
         commit = EvictCommit(

@@ -180,16 +180,15 @@ def decode_records(blob: bytes, first_seq: int, ts: int) -> list[StoredRecord]:
         raise ValueError("empty frame blob")
     fmt = blob[0]
     if fmt == FRAME_FORMAT_ZLIB:
-        body = zlib.decompress(memoryview(blob)[1:])
+        body, pos = zlib.decompress(memoryview(blob)[1:]), 0
     elif fmt == FRAME_FORMAT_RAW:
-        body = bytes(memoryview(blob)[1:])
+        body, pos = blob, 1  # read in place: each field is copied once, by its slice
     else:
         raise ValueError(f"unknown frame format {fmt}")
     unpack = _ENTRY.unpack_from
     head = _ENTRY.size
     new, rec = tuple.__new__, StoredRecord  # NamedTuple.__new__ is a Python-level call
     out: list[StoredRecord] = []
-    pos = 0
     seq = first_seq
     end = len(body)
     while pos < end:

@@ -325,7 +325,11 @@ class Upkeep:
                 return None
         frames = [
             f
-            for f in self.log.tail.read_frames(head, start, limit, SEGMENT_MAX_RECORDS)
+            # at most one segment's worth: frames past it are neither fetched nor decoded
+            # (a tail of 1 MiB frames was read whole, from S3, for every segment sealed)
+            for f in self.log.tail.read_frames(
+                head, start, limit, SEGMENT_MAX_RECORDS, SEGMENT_MAX_BYTES
+            )
             if f.last_seq <= limit
         ]
         if not frames:

@@ -1,6 +1,7 @@
 """Benchmark durable: the upstream Durable Streams workloads, Headwater vs @durable-streams/server.
 
-    python -m bench.bench_durable [--targets ref-file,ref-mem,headwater] [--only latency,...]
+    python -m bench.bench_durable [--targets ref-file,ref-mem,py-floor,headwater]
+                                  [--only latency,...]
                                   [--quick] [--out PATH] [size/count flags, see --help]
 
 One run starts every target and runs every workload against each, one server at a time, a
@@ -10,6 +11,10 @@ workload so a change in machine load hits all targets alike:
 - ref-file: the reference server `@durable-streams/server` with a data dir
   (FileBackedStreamStore: LMDB metadata + append-only logs): the durable peer.
 - ref-mem: the same server without a data dir (in-memory StreamStore).
+- py-floor: bench/ds_bare_server.py, the workloads' requests answered from memory by a bare
+  ASGI app under the uvicorn stack Headwater runs on: the Python HTTP floor (no framework,
+  middleware, auth, engine or storage). Not a goal; it shows how much of Headwater's time
+  and CPU is the HTTP exchange a Python server cannot avoid.
 - headwater: bench/server.py (the real app, AWS calls counted) on a moto emulator, as the
   other benches run it.
 
@@ -62,6 +67,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -93,7 +99,7 @@ OCTET = "application/octet-stream"
 JSON_CT = "application/json"
 MIB = 1024 * 1024
 
-TARGETS = ("ref-file", "ref-mem", "headwater")
+TARGETS = ("ref-file", "ref-mem", "py-floor", "headwater")
 WORKLOADS = ("latency", "small", "large", "catchup")
 # workload -> (primary metric, unit, higher is better)
 PRIMARY: dict[str, tuple[str, str, bool]] = {
@@ -206,6 +212,36 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float)
             )
         time.sleep(0.05)
     raise TargetUnavailable(f"reference server not ready in {timeout_s:g} s")
+
+
+class PyFloorTarget(RefTarget):
+    """bench/ds_bare_server.py: the Python HTTP floor (a bare ASGI app under uvicorn)."""
+
+    def __init__(self) -> None:
+        self.name, self.mode = "py-floor", "memory"
+
+    def open(self) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        from headwater.dev.emulator import die_with_parent, stop_process
+
+        with tempfile.TemporaryDirectory(prefix="ds-py-floor-") as tmp:
+            log_path = Path(tmp) / "server.log"
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "bench.ds_bare_server"],
+                    cwd=REPO,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                )
+            try:
+                url = _wait_ready(proc, log_path, 30.0)
+                yield Session(url, {"server": proc.pid})
+            finally:
+                stop_process(proc, grace_s=10)
 
 
 class HeadwaterTarget:
@@ -346,6 +382,8 @@ def storage_floor(emu: Any, rounds: int, warmup: int, msg_bytes: int) -> dict[st
 
 
 def make_target(name: str) -> RefTarget | HeadwaterTarget:
+    if name == "py-floor":
+        return PyFloorTarget()
     if name == "ref-file":
         return RefTarget(name, "file")
     if name == "ref-mem":
@@ -766,6 +804,10 @@ def ratios(workloads: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             over = hw["p50_ms"] - floor["p50_ms"]
             row["p50 over storage floor ms"] = over
             row.setdefault("goals", {})["floor + 3 ms"] = over <= 3.0
+            py = by_target.get("py-floor")
+            if py is not None and py.get("ok"):
+                # what neither the storage calls nor Python's HTTP exchange account for
+                row["p50 over storage + HTTP floors ms"] = over - py["p50_ms"]
         out[wl] = row
     return out
 
@@ -843,13 +885,14 @@ def render(result: Mapping[str, Any]) -> str:
         by_target = wls[wl]
         cpu = {
             t: by_target.get(t, {}).get("cpu_ms_per_op", {}).get("server")
-            for t in ("ref-file", "ref-mem", "headwater")
+            for t in ("ref-file", "ref-mem", "py-floor", "headwater")
         }
         rows.append(
             [
                 wl,
                 _num(cpu["ref-file"], ".3f"),
                 _num(cpu["ref-mem"], ".3f"),
+                _num(cpu["py-floor"], ".3f"),
                 _num(cpu["headwater"], ".3f"),
                 _num(row.get("cpu headwater/ref-file"), ".2f"),
                 _num(row.get("cpu headwater/ref-mem"), ".2f"),
@@ -857,7 +900,15 @@ def render(result: Mapping[str, Any]) -> str:
         )
     lines.append(
         format_table(
-            ["workload", "ref-file ms", "ref-mem ms", "Headwater ms", "HW/ref-file", "HW/ref-mem"],
+            [
+                "workload",
+                "ref-file ms",
+                "ref-mem ms",
+                "py-floor ms",
+                "Headwater ms",
+                "HW/ref-file",
+                "HW/ref-mem",
+            ],
             rows,
         )
     )
@@ -874,6 +925,14 @@ def render(result: Mapping[str, Any]) -> str:
             f"Headwater's round trip p50 {hw['p50_ms']:.2f} ms is {over:.2f} ms above it "
             f"(target <= 3 ms: {'met' if over <= 3.0 else 'MISSED'}).",
         ]
+        py = wls["latency"].get("py-floor", {})
+        if py.get("ok"):
+            own = result["ratios"]["latency"]["p50 over storage + HTTP floors ms"]
+            lines.append(
+                f"Python HTTP floor of the same round trip (py-floor: a bare ASGI app under "
+                f"the same uvicorn, same client): p50 {py['p50_ms']:.2f} ms. Headwater's own "
+                f"time above both floors: {own:.2f} ms."
+            )
     aws = [
         [
             wl,

@@ -1,6 +1,7 @@
-"""bench/bench_durable.py end to end with tiny parameters against Headwater and both modes
-of the @durable-streams/server reference server (real processes on loopback): every workload
-runs on every target and the result file holds positive numbers for each. Structural facts
+"""bench/bench_durable.py end to end with tiny parameters against Headwater, both modes of
+the @durable-streams/server reference server and the Python HTTP floor (bench/ds_bare_server.py;
+real processes on loopback): every workload runs on every target and the result file holds
+positive numbers for each. Structural facts
 only; no timing comparisons: the machine is shared and the numbers are noisy."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-TARGETS = ["ref-file", "ref-mem", "headwater"]
+TARGETS = ["ref-file", "ref-mem", "py-floor", "headwater"]
 
 
 def _positive(x: Any) -> bool:
@@ -96,3 +97,6 @@ def test_bench_durable_tiny_run_against_the_reference_servers(tmp_path: Path) ->
     over = result["ratios"]["latency"]["p50 over storage floor ms"]
     assert over == pytest.approx(w["latency"]["headwater"]["p50_ms"] - floor["p50_ms"])
     assert result["ratios"]["latency"]["goals"]["floor + 3 ms"] == (over <= 3.0)
+    # and what is left of Headwater's round trip above both floors (storage, Python's HTTP)
+    own = result["ratios"]["latency"]["p50 over storage + HTTP floors ms"]
+    assert own == pytest.approx(over - w["latency"]["py-floor"]["p50_ms"])

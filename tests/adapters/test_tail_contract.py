@@ -32,7 +32,7 @@ from headwater.engine.ports import (
     IdemHit,
     TagEntry,
 )
-from headwater.engine.records import FRAME_FORMAT_RAW, NewRecord, encode_records
+from headwater.engine.records import FRAME_FORMAT_RAW, NewRecord, StoredRecord, encode_records
 from headwater.errors import StorageUnavailable
 from headwater.settings import MAX_INLINE_FRAME_BYTES
 from headwater.storage.schema import INDEX, LOG
@@ -304,6 +304,33 @@ def test_spilled_frame_reads_back_from_s3(backend: Backend) -> None:
     assert [r.data["i"] for r in frames[0].records] == list(range(50))
     assert frames[0].payload_bytes == 250_000
     assert backend.tail.get_frames(after, [2])[2].records == frames[0].records  # keyed by first
+
+
+def test_a_spilled_frame_whose_records_are_known_is_not_fetched(backend: Backend) -> None:
+    """read_frames' `known` (the engine's frame cache, when upkeep seals what this process
+    appended): a spilled frame it answers for is not fetched from S3; the others are, and
+    frames stored in their item never ask."""
+    head = create_topic(backend, "t", 1)
+    known_recs = [NewRecord({"blob": "x" * 5000, "i": i}, size=5000) for i in range(10)]
+    other_recs = [NewRecord({"blob": "y" * 5000, "i": i}, size=5000) for i in range(10)]
+    after = head
+    for records, key in ((known_recs, "spill/t/1/11-a"), (other_recs, "spill/t/1/21-b")):
+        backend.blobs.put(key, encode_records(records))
+        after = append(backend, after, records, blob=None, spill_key=key)
+    after = append(backend, after, recs(2, start=21))  # inline
+    cached = backend.tail.read_frames(after, 1, 10, 1000)[0].records
+    backend.blobs.delete_many(["spill/t/1/11-a"])  # a fetch of it would now fail
+    asked: list[tuple[int, int]] = []
+
+    def known(first: int, last: int) -> list[StoredRecord] | None:
+        asked.append((first, last))
+        return cached if (first, last) == (2, 11) else None
+
+    frames = backend.tail.read_frames(after, 1, 23, 1000, known=known)
+    assert [(f.first_seq, f.last_seq) for f in frames] == [(2, 11), (12, 21), (22, 23)]
+    assert frames[0].records is cached
+    assert [r.data["i"] for r in frames[1].records] == list(range(10))  # fetched from S3
+    assert sorted(asked) == [(2, 11), (12, 21)]  # the spilled frames only
 
 
 # --- tag index ------------------------------------------------------------------------------

@@ -21,9 +21,10 @@ from headwater.engine.ports import (
     FrameSummary,
     Head,
     IdemHit,
+    KnownRecords,
     TagEntry,
 )
-from headwater.engine.records import Frame, decode_records
+from headwater.engine.records import Frame, StoredRecord, decode_records
 from tests.fakes.heads import merged_head, stored_head
 from tests.fakes.storage import (
     MAX_ITEM_BYTES,
@@ -232,17 +233,19 @@ class MemoryLogTailStore(FaultHook):
             acct.idem[(log_key, ie.key)] = IdemRow(ie.first_seq, ie.last_seq, ie.expires_ms, cid)
 
     # --- reads --------------------------------------------------------------------------
-    def _frame(self, row: FrameRow) -> Frame:
-        if row.spill_key is not None:
-            blob = self.blobs.get(row.spill_key)
-        else:
-            assert row.blob is not None
-            blob = row.blob
+    def _frame(self, row: FrameRow, records: list[StoredRecord] | None = None) -> Frame:
+        if records is None:
+            if row.spill_key is not None:
+                blob = self.blobs.get(row.spill_key)
+            else:
+                assert row.blob is not None
+                blob = row.blob
+            records = decode_records(blob, row.first_seq, row.ts)
         return Frame(
             first_seq=row.first_seq,
             last_seq=row.last_seq,
             ts=row.ts,
-            records=decode_records(blob, row.first_seq, row.ts),
+            records=records,
             deleted=frozenset(row.deleted),
             deleted_count=row.deleted_count,
             deleted_bytes=row.deleted_bytes,
@@ -260,7 +263,13 @@ class MemoryLogTailStore(FaultHook):
             ]
 
     def read_frames(
-        self, head: Head, after_seq: int, upto_seq: int, max_records: int, max_bytes: int = 0
+        self,
+        head: Head,
+        after_seq: int,
+        upto_seq: int,
+        max_records: int,
+        max_bytes: int = 0,
+        known: KnownRecords | None = None,
     ) -> list[Frame]:
         """The frames holding seqs in (after_seq, upto_seq], in order, until max_records
         records after after_seq or max_bytes payload bytes are reached (at least one)."""
@@ -278,7 +287,11 @@ class MemoryLogTailStore(FaultHook):
             nbytes += row.size
             if got >= max_records or 0 < max_bytes <= nbytes:
                 break
-        return [self._frame(r) for r in chosen]
+        frames = []
+        for r in chosen:
+            recs = known(r.first_seq, r.last_seq) if known and r.spill_key is not None else None
+            frames.append(self._frame(r, recs))
+        return frames
 
     def get_frames(self, head: Head, frame_seqs: Sequence[int]) -> dict[int, Frame]:
         with self.account.lock:

@@ -64,3 +64,47 @@ def test_a_seal_reads_one_segments_worth_of_frames(monkeypatch: pytest.MonkeyPat
             assert [r.data["i"] for r in got] == list(range(12))
 
     asyncio.run(scenario())
+
+
+def test_a_seal_takes_this_process_s_spilled_frames_from_its_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spilled frames (one S3 object each) that this process appended are sealed from its
+    frame cache, not fetched again; a process that never held them (the scheduled sealer)
+    fetches each one."""
+    settings = Settings(
+        spill_threshold_bytes=512, tiering=Tiering(inline=False, interval_ms=0, seal_records=1)
+    )
+
+    async def scenario() -> None:
+        async with processes(2, ManualClock(), settings=settings) as (writer, sealer):
+            for topic in ("mine", "theirs"):
+                for i in range(6):
+                    record = NewRecord(data={"i": i, "pad": "x" * 990}, size=SIZE)
+                    await writer.engine.append(topic, AppendRequest([record]))
+            fetched: dict[str, list[str]] = {"writer": [], "sealer": []}
+            for name, p in (("writer", writer), ("sealer", sealer)):
+                get = p.stores.blobs.get
+
+                def counting(key: str, _get: Any = get, _name: str = name) -> bytes:
+                    fetched[_name].append(key)
+                    return _get(key)
+
+                monkeypatch.setattr(p.stores.blobs, "get", counting)
+            # WHEN the writer seals one topic and another process the other
+            await writer.run_upkeep("mine")
+            await sealer.run_upkeep("theirs")
+            spilled = {
+                n: [k for k in keys if k.startswith("spill/")] for n, keys in fetched.items()
+            }
+            # THEN the writer fetched none of its spilled frames, the other process all six
+            assert spilled["writer"] == []
+            assert len(spilled["sealer"]) == 6, spilled
+            # ...and both topics are sealed whole, with the records appended
+            for p, topic in ((writer, "mine"), (sealer, "theirs")):
+                head = await p.engine.head_of(topic)
+                assert head is not None and head.sealed_through == 6
+                got = await sealer.history(topic)
+                assert [r.data["i"] for r in got] == list(range(6))
+
+    asyncio.run(scenario())

@@ -27,7 +27,7 @@ from headwater.engine.ports import (
     SegmentStore,
 )
 from headwater.engine.quotas import TOTAL_BYTES
-from headwater.engine.records import Frame
+from headwater.engine.records import Frame, StoredRecord
 from headwater.engine.retention import is_tiered, merge_runs, over_cap, retention_ms
 from headwater.engine.scan import FrameScan
 from headwater.engine.sealed import StaleHead
@@ -323,12 +323,19 @@ class Upkeep:
             oldest = self.log.tail.frame_summaries(head, start, limit, 1)
             if not oldest or oldest[0].ts > now - t.seal_age_ms:
                 return None
+        cache, log_key, del_ver = self.log.cache, head.log_key, head.del_ver
+
+        def known(first: int, last: int) -> list[StoredRecord] | None:
+            # spilled frames this process appended (or read) are not fetched from S3 again
+            f = cache.frame_from(log_key, first, del_ver)
+            return f.records if f is not None and f.last_seq == last else None
+
         frames = [
             f
             # at most one segment's worth: frames past it are neither fetched nor decoded
             # (a tail of 1 MiB frames was read whole, from S3, for every segment sealed)
             for f in self.log.tail.read_frames(
-                head, start, limit, SEGMENT_MAX_RECORDS, SEGMENT_MAX_BYTES
+                head, start, limit, SEGMENT_MAX_RECORDS, SEGMENT_MAX_BYTES, known
             )
             if f.last_seq <= limit
         ]

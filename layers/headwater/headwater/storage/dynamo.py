@@ -20,9 +20,10 @@ from headwater.engine.ports import (
     FrameSummary,
     Head,
     IdemHit,
+    KnownRecords,
     TagEntry,
 )
-from headwater.engine.records import Frame, decode_records
+from headwater.engine.records import Frame, StoredRecord, decode_records
 from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import (
@@ -727,32 +728,45 @@ class DynamoLogTailStore:
         return {"Update": op}
 
     # --- reads --------------------------------------------------------------------------
-    def _frames_from_items(self, items: list[dict[str, Any]]) -> list[Frame]:
-        """Decode frames; spilled frames are fetched from S3 concurrently, not one by one."""
-        spilled = [it["s3"]["S"] for it in items if "s3" in it]
+    def _frames_from_items(
+        self, items: list[dict[str, Any]], known: KnownRecords | None = None
+    ) -> list[Frame]:
+        """Decode frames; spilled frames are fetched from S3 concurrently, not one by one,
+        unless `known` has their records."""
+        have: dict[int, list[StoredRecord]] = {}
+        if known is not None:
+            for it in items:
+                if "s3" in it and (recs := known(_i(it, "sk"), _i(it, "ls"))) is not None:
+                    have[_i(it, "sk")] = recs
+        spilled = [it["s3"]["S"] for it in items if "s3" in it and _i(it, "sk") not in have]
         blobs: dict[str, bytes] = {}
         if len(spilled) > 1:
             fetched = self._blob_pool.map(self._blobs.get, spilled)
             blobs = dict(zip(spilled, fetched, strict=True))
-        return [self._frame_from_item(it, blobs) for it in items]
+        return [self._frame_from_item(it, blobs, have.get(_i(it, "sk"))) for it in items]
 
     def _frame_from_item(
-        self, item: dict[str, Any], blobs: dict[str, bytes] | None = None
+        self,
+        item: dict[str, Any],
+        blobs: dict[str, bytes] | None = None,
+        records: list[StoredRecord] | None = None,
     ) -> Frame:
         first = _i(item, "sk")
         last = _i(item, "ls")
         ts = _i(item, "ts")
-        if "s3" in item:
-            key = item["s3"]["S"]
-            blob = (blobs or {}).get(key) or self._blobs.get(key)
-        else:
-            blob = item["rb"]["B"]
+        if records is None:
+            if "s3" in item:
+                key = item["s3"]["S"]
+                blob = (blobs or {}).get(key) or self._blobs.get(key)
+            else:
+                blob = item["rb"]["B"]
+            records = decode_records(blob, first, ts)
         deleted = frozenset(int(x) for x in item.get("dx", {}).get("NS", []))
         return Frame(
             first_seq=first,
             last_seq=last,
             ts=ts,
-            records=decode_records(blob, first, ts),
+            records=records,
             deleted=deleted,
             deleted_count=_i(item, "dn"),
             deleted_bytes=_i(item, "dz"),
@@ -760,7 +774,13 @@ class DynamoLogTailStore:
         )
 
     def read_frames(
-        self, head: Head, after_seq: int, upto_seq: int, max_records: int, max_bytes: int = 0
+        self,
+        head: Head,
+        after_seq: int,
+        upto_seq: int,
+        max_records: int,
+        max_bytes: int = 0,
+        known: KnownRecords | None = None,
     ) -> list[Frame]:
         if upto_seq <= after_seq:
             return []  # empty range
@@ -800,7 +820,7 @@ class DynamoLogTailStore:
                 items = _within(
                     [holding, *items], after_seq, max_records, max_bytes
                 )  # the budget counts the holding frame's records first
-        return self._frames_from_items(items)
+        return self._frames_from_items(items, known)
 
     def _frame_holding(
         self, head: Head, after_seq: int, projection: str | None

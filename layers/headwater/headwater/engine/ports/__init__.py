@@ -7,12 +7,12 @@ the import contracts in .importlinter)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from headwater.engine.config import TopicConfig
-from headwater.engine.records import Frame
+from headwater.engine.records import Frame, StoredRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,10 +298,21 @@ class HeadStore(Protocol):
     def clear_tag_pending(self, head: Head, frame_seq: int) -> None: ...
 
 
+# The records of a spilled frame (first_seq, last_seq) this process holds already, or None:
+# read_frames then does not fetch its S3 object (upkeep sealing what this process appended).
+KnownRecords = Callable[[int, int], list[StoredRecord] | None]
+
+
 class LogTailStore(Protocol):
     def commit_append(self, commit: AppendCommit) -> bool: ...  # True: applied earlier
     def read_frames(
-        self, head: Head, after_seq: int, upto_seq: int, max_records: int, max_bytes: int = 0
+        self,
+        head: Head,
+        after_seq: int,
+        upto_seq: int,
+        max_records: int,
+        max_bytes: int = 0,
+        known: KnownRecords | None = None,
     ) -> list[Frame]: ...  # stops at max_records records or max_bytes payload bytes (0: none)
     # Tail frames are keyed by their first seq (get_frames answers by it, delete_frames takes it).
     def get_frames(self, head: Head, frame_seqs: Sequence[int]) -> dict[int, Frame]: ...

@@ -176,15 +176,11 @@ class RefTarget:
     def session(self) -> Iterator[Session]:
         from headwater.dev.emulator import die_with_parent, stop_process
 
-        assert self.node is not None
         with tempfile.TemporaryDirectory(prefix=f"ds-{self.name}-") as tmp:
-            args = [self.node, str(REF_LAUNCHER), "0", self.mode]
-            if self.mode == "file":
-                args.append(os.path.join(tmp, "data"))
             log_path = Path(tmp) / "server.log"
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    args,
+                    self.command(tmp),
                     cwd=REPO,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -195,6 +191,14 @@ class RefTarget:
                 yield Session(url, {"server": proc.pid})
             finally:
                 stop_process(proc, grace_s=10)
+
+    def command(self, tmp: str) -> list[str]:
+        """The server's command line (`tmp`: a directory of its own for this session)."""
+        assert self.node is not None
+        args = [self.node, str(REF_LAUNCHER), "0", self.mode]
+        if self.mode == "file":
+            args.append(os.path.join(tmp, "data"))
+        return args
 
     def close(self) -> None:
         pass
@@ -215,33 +219,17 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float)
 
 
 class PyFloorTarget(RefTarget):
-    """bench/ds_bare_server.py: the Python HTTP floor (a bare ASGI app under uvicorn)."""
+    """bench/ds_bare_server.py: the Python HTTP floor (a bare ASGI app under uvicorn),
+    launched and awaited like the reference (it prints the same ready line)."""
 
     def __init__(self) -> None:
-        self.name, self.mode = "py-floor", "memory"
+        super().__init__("py-floor", "memory")
 
     def open(self) -> None:
         pass
 
-    @contextlib.contextmanager
-    def session(self) -> Iterator[Session]:
-        from headwater.dev.emulator import die_with_parent, stop_process
-
-        with tempfile.TemporaryDirectory(prefix="ds-py-floor-") as tmp:
-            log_path = Path(tmp) / "server.log"
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "bench.ds_bare_server"],
-                    cwd=REPO,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                )
-            try:
-                url = _wait_ready(proc, log_path, 30.0)
-                yield Session(url, {"server": proc.pid})
-            finally:
-                stop_process(proc, grace_s=10)
+    def command(self, tmp: str) -> list[str]:
+        return [sys.executable, "-m", "bench.ds_bare_server"]
 
 
 class HeadwaterTarget:

@@ -45,3 +45,53 @@ def test_an_https_endpoint_keeps_botocores_own_choice(monkeypatch: pytest.Monkey
     assert _payload_hash("https://s3.example.test", monkeypatch) == (
         "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
     )
+
+
+class _Waited(Exception):
+    """A request held at a client-side send-rate limiter."""
+
+
+def test_throttling_on_one_key_does_not_rate_limit_the_whole_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN the DynamoDB client every adapter of a process shares, and a table whose first
+    # request is throttled (a hot key); botocore's back-off sleep is skipped
+    from botocore.awsrequest import AWSResponse
+    from botocore.retries import bucket
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr("botocore.endpoint.time.sleep", lambda _s: None)
+
+    def held(*_a: Any, **_k: Any) -> None:
+        raise _Waited
+
+    monkeypatch.setattr(bucket.TokenBucket, "acquire", held)
+    session = boto3.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+    ddb = AwsClients.create(Settings(resource_prefix="clients"), session=session).dynamodb
+    sent: list[str] = []
+
+    class _Raw:
+        def stream(self, **_: Any) -> Any:
+            return iter(())
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        table = "hot" if b'"hot"' in request.body else "cold"
+        sent.append(table)
+        if table == "hot" and sent.count("hot") == 1:
+            body = b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException"}'
+            response = AWSResponse(request.url, 400, {}, _Raw())
+        else:
+            body, response = b"{}", AWSResponse(request.url, 200, {}, _Raw())
+        response._content = body
+        return response
+
+    ddb.meta.events.register("before-send.dynamodb.GetItem", answer)
+    ddb.get_item(TableName="hot", Key={"pk": {"S": "k"}})
+    # WHEN the process goes on to use other tables and keys
+    for _ in range(20):
+        ddb.get_item(TableName="cold", Key={"pk": {"S": "k"}})
+    # THEN none of those requests waited on a client-side rate limiter (adaptive retry mode
+    # would hold every request of the client, whatever its table, after one throttle)
+    assert sent == ["hot", "hot"] + ["cold"] * 20

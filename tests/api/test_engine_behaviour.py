@@ -75,13 +75,31 @@ def test_tag_delete_spanning_more_frames_than_one_transaction(
     assert calls["TransactWriteItems"] >= 150 + 2  # appends + at least two delete chunks
 
 
-def _conflicting(engine: Any, lost_races: int | None, counted: list[int]) -> None:
+class _Clock:
+    """The append module's clock, moved on by hand: `step` seconds per commit attempt."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 1000.0, step
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _conflicting(
+    engine: Any, lost_races: int | None, counted: list[int], clock: _Clock | None = None
+) -> None:
     """Make the engine's next `lost_races` commit attempts (all, for None) lose a race:
-    nothing written, the head read back as a real lost race would return it."""
+    nothing written, the head read back as a real lost race would return it. Each attempt
+    takes `clock.step` seconds of the append module's clock when one is given."""
     real = engine.appender.try_commit
 
     def attempt(topic: str, head: Any, *args: Any, **kwargs: Any) -> Any:
         counted.append(1)
+        if clock is not None:
+            clock.now += clock.step
         if lost_races is None or len(counted) <= lost_races:
             return Retry(engine.heads.get(topic), True)
         return real(topic, head, *args, **kwargs)
@@ -127,5 +145,51 @@ def test_an_append_that_keeps_losing_races_past_its_budget_is_refused_unwritten(
     # THEN it gives up after the minimum number of lost races, with Retry-After, and the
     # topic holds only the first record
     assert len(attempts) == log_mod.MIN_CONFLICTS_TO_GIVE_UP
+    assert caught.value.headers == {"Retry-After": "1"}
+    assert head is not None and head.head_seq == 1
+
+
+def test_an_append_slowed_past_its_budget_that_loses_races_slowly_still_commits(
+    moto: None, resource_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a topic whose storage is so slow that each commit attempt takes 4 s (botocore
+    # backing off on throttles), and another writer that wins while each attempt waits
+    import headwater.engine.append as log_mod
+
+    engine = counting_engine(Settings(resource_prefix=resource_prefix), Counter())
+    asyncio.run(engine.append("slowly", AppendRequest([_rec(0)])))
+    clock = _Clock(step=4.0)
+    monkeypatch.setattr(log_mod, "time", clock)
+    attempts: list[int] = []
+    # WHEN its first six attempts lose (past the 20 s budget after five, 24 s in all)
+    _conflicting(engine, 6, attempts, clock)
+    result = asyncio.run(engine.append("slowly", AppendRequest([_rec(1)])))
+    engine.close()
+    # THEN six races lost in 24 s are slowness, not contention: the seventh attempt commits
+    assert clock.now - 1000.0 > log_mod.APPEND_BUDGET_S
+    assert (result.first_seq, len(attempts)) == (2, 7)
+
+
+def test_an_append_still_losing_races_at_its_limit_is_refused_unwritten(
+    moto: None, resource_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a topic whose every commit attempt takes 4 s and loses a race
+    import headwater.engine.append as log_mod
+    from headwater.errors import StorageUnavailable
+
+    engine = counting_engine(Settings(resource_prefix=resource_prefix), Counter())
+    asyncio.run(engine.append("stuck", AppendRequest([_rec(0)])))
+    clock = _Clock(step=4.0)
+    monkeypatch.setattr(log_mod, "time", clock)
+    attempts: list[int] = []
+    _conflicting(engine, None, attempts, clock)
+    # WHEN an append is made
+    with pytest.raises(StorageUnavailable) as caught:
+        asyncio.run(engine.append("stuck", AppendRequest([_rec(1)])))
+    head = engine.heads.get("stuck")
+    engine.close()
+    # THEN it gives up at the first race lost past its hard limit (28 s: the seventh), with
+    # Retry-After, before a Lambda's timeout, and the topic holds only the first record
+    assert len(attempts) == int(log_mod.APPEND_LIMIT_S // 4) + 1 == 7
     assert caught.value.headers == {"Retry-After": "1"}
     assert head is not None and head.head_seq == 1

@@ -276,6 +276,20 @@ def test_the_api_function_outlasts_the_longest_wait_it_serves(template: dict[str
     assert api["Environment"]["Variables"]["HEADWATER_LAMBDA_TIMEOUT_SEC"] == str(timeout)
 
 
+@pytest.mark.parametrize("function", ["ApiFunction", "StreamFunction", "ForwarderFunction"])
+def test_functions_that_append_outlast_an_appends_limit(
+    template: dict[str, Any], function: str
+) -> None:
+    from headwater.engine.append import APPEND_LIMIT_S
+
+    props = template["Resources"][function]["Properties"]
+    timeout = props.get("Timeout", template["Globals"]["Function"].get("Timeout"))
+    if isinstance(timeout, dict):  # a parameter: its least allowed value
+        timeout = template["Parameters"][timeout["Ref"]]["MinValue"]
+    # an append losing races gives up with a 503 before the function would time out on it
+    assert timeout >= APPEND_LIMIT_S + 5, (function, timeout)
+
+
 @pytest.mark.parametrize(
     ("function", "parameter"),
     [("ApiFunction", "ApiReservedConcurrency"), ("StreamFunction", "StreamReservedConcurrency")],

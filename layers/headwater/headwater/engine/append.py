@@ -54,9 +54,29 @@ if TYPE_CHECKING:
     import asyncio
 
 log = logging.getLogger(__name__)
-APPEND_BUDGET_S = 20.0
-MIN_CONFLICTS_TO_GIVE_UP = 4
+# When an append that keeps losing races to other writers gives up with 503 + Retry-After
+# (nothing of it applied). Lost races are contention only when they come fast: an attempt
+# slowed by storage (botocore backs off up to 20 s per call on throttling and 5xx) loses to
+# whoever committed meanwhile, and giving up on those turns slow storage into refusals.
+APPEND_BUDGET_S = 20.0  # past it, give up once the lost races show contention:
+MIN_CONFLICTS_TO_GIVE_UP = 4  # at least this many lost races
+CONTENTION_RACES_PER_S = 1.0  # and at least this many per second of the append so far
+# Never past this (then any lost race gives up): below the Timeout of every function that
+# appends, by 5 s (template.yaml; a tests/infra check), so a Lambda answers a refusal
+# instead of timing out on an unknown outcome.
+APPEND_LIMIT_S = 25.0
 TTL_BACKSTOP_S = 7 * 86_400  # DynamoDB TTL of lossy-class frames, past their retention
+
+
+def _gives_up(conflicts: int, elapsed: float) -> bool:
+    """Whether an append that has just lost its `conflicts`-th race gives up. Time spent in
+    slow or retried storage calls is not contention: a few races lost around it must not turn
+    an append that can still succeed into a 503 (see APPEND_BUDGET_S)."""
+    if elapsed > APPEND_LIMIT_S:
+        return True
+    return elapsed > APPEND_BUDGET_S and conflicts >= max(
+        MIN_CONFLICTS_TO_GIVE_UP, CONTENTION_RACES_PER_S * elapsed
+    )
 
 
 @dataclass(slots=True)
@@ -154,7 +174,7 @@ class Appender:
         verified = head is None  # read from storage now, not this process's last commit
         if head is None:
             head = self.core.heads.get(topic)
-        deadline = time.monotonic() + APPEND_BUDGET_S
+        started = time.monotonic()
         conflicts = 0
         while True:
             live = [i for i, r in enumerate(results) if r is None]
@@ -177,15 +197,11 @@ class Appender:
                     "append to %s lost race %d at %.2fs (%d requests, keyed %s)",
                     topic,
                     conflicts,
-                    APPEND_BUDGET_S - (deadline - time.monotonic()),
+                    time.monotonic() - started,
                     len(live),
                     any(reqs[i].idempotency_key for i in live),
                 )
-                # Give up only on contention: past the budget AND after several lost races.
-                # Time spent in slow or retried storage calls (botocore retries a lost or
-                # late answer itself) is not contention, and one race lost after it must
-                # not turn an append that can still succeed into a 503.
-                if conflicts >= MIN_CONFLICTS_TO_GIVE_UP and time.monotonic() > deadline:
+                if _gives_up(conflicts, time.monotonic() - started):
                     raise StorageUnavailable(
                         "append kept conflicting with other writers; retry",
                         headers={"Retry-After": "1"},

@@ -15,6 +15,7 @@ recognised by its commit id and read-back alone."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -32,6 +33,7 @@ from headwater.dev.emulator import MotoServer
 from headwater.settings import Settings
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
+from headwater.storage.schema import HEADS
 from tests.e2e.conftest import Cluster, ServerProcess, sse_events
 from tests.faults.harness import FaultProxyProcess, wait_until
 from tests.faults.history import (
@@ -51,12 +53,13 @@ READERS = 2
 PRODUCERS, SEQS_PER_PRODUCER = 2, 40
 CONSUMERS, JOBS = 3, 72
 NOTIFICATIONS, FLAG_VERSIONS = 30, 12
+MIN_RUN_S = 45.0  # appenders go on this long: past the 30 s seal grace, so trims happen too
 FLAG_TOKEN = {"Authorization": "Bearer dev-acme-flags-rw-0000000000000000"}
 FLAG_NS = "/api/v1/tenants/acme/namespaces/faults/manifest"
 FAULTS = {"drop": 0.10, "timeout": 0.01, "error": 0.02, "throttle": 0.02, "slow": 0.02}
 SERVER_ENV = {
     "HEADWATER_AWS_READ_TIMEOUT_MS": "2000",  # the proxy holds answers 3 s: they time out
-    "HEADWATER_SEAL_RECORDS": "48",  # seal (and trim) during the run
+    "HEADWATER_SEAL_RECORDS": "48",  # seal (and trim: MIN_RUN_S) during the run
     # Trimming waits out the longest a lost answer can stay unresolved (here ~2 s x 8
     # botocore attempts + the 10 s re-send budget), as the default 60 s does: a commit's
     # frame must not be trimmed while its outcome may still be in question (docs/storage.md)
@@ -71,6 +74,8 @@ SERVER_ENV = {
 class Rig:
     proxy: FaultProxyProcess
     servers: list[ServerProcess]
+    prefix: str
+    started: float = field(default_factory=time.monotonic)
     fivexx: list[str] = field(default_factory=list)
     crashed: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -116,7 +121,7 @@ def rig(
             env = {**SERVER_ENV, "AWS_ENDPOINT_URL_DYNAMODB": proxy.url}
             servers = [cluster.start_server(str(tmp_path), **env) for _ in range(2)]
             try:
-                yield Rig(proxy, servers)
+                yield Rig(proxy, servers, prefix)
             finally:
                 for s in servers:
                     s.stop()
@@ -134,7 +139,9 @@ def _appender(rig: Rig, index: int, ops: list[AppendOp]) -> None:
     rnd = random.Random(100 + index)
     name = f"a{index}"
     with httpx.Client(base_url=rig.urls[index % 2], timeout=60) as http:
-        for n in range(OPS_PER_APPENDER):
+        for n in itertools.count():
+            if n >= OPS_PER_APPENDER and time.monotonic() > rig.started + MIN_RUN_S:
+                break
             ids = [f"{name}-{n}-{j}" for j in range(rnd.randint(1, 4))]
             key = f"{name}-{n}" if n % 2 == 0 else None
             op = AppendOp(name, ids, key)
@@ -370,7 +377,7 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
     stop, drained = threading.Event(), threading.Event()
 
     # WHEN clients append, read, produce and work the queue concurrently
-    started = time.monotonic()
+    started = rig.started = time.monotonic()
     jobs = _produce_jobs(rig)
     threads = [rig.thread(_appender, i, ops) for i in range(APPENDERS)]
     threads += [rig.thread(_producer, i) for i in range(PRODUCERS)]
@@ -406,6 +413,12 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
     assert not rig.crashed, rig.crashed
     elapsed = time.monotonic() - started
     faults = rig.proxy.stats()
+    # (sealing and trimming ran under the faults too: the head item, read from the emulator)
+    settings = Settings(resource_prefix=rig.prefix)
+    item = AwsClients.create(settings).dynamodb.get_item(
+        TableName=settings.table_name(HEADS.logical), Key={"pk": {"S": TOPIC}}
+    )["Item"]
+    trimmed_through = int(item.get("tt", {"N": "0"})["N"])
 
     # THEN, with the faults off, the whole history holds
     rig.proxy.calm()
@@ -459,6 +472,7 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
         "acks_misreported": len(check_acks(jobs, acked)),
         "5xx": len(rig.fivexx),
         "problems": len(problems),
+        "trimmed_through": trimmed_through,
         "seconds": round(elapsed, 1),
     }
     print("fault run:", json.dumps(summary))
@@ -466,3 +480,4 @@ def test_exactly_once_outcomes_under_injected_faults(rig: Rig) -> None:
     assert not problems, "\n".join(problems[:20])
     assert not rig.fivexx, "\n".join(rig.fivexx[:10])
     assert acknowledged == len(ops)
+    assert trimmed_through > 0, "nothing was trimmed during the faults"

@@ -590,6 +590,55 @@ def test_flags_history_diff_and_live_events(
     c.shot("flags-live")
 
 
+# Holds the answers (not the requests) of the next `window.__hold` manifest reads for 1.5 s:
+# what a slow network or a busy server does to one event's load while a later one is quick.
+HOLD_MANIFEST_READS = """
+const send = window.fetch;
+window.__hold = 0;
+window.fetch = async (input, init) => {
+  const url = String((input && input.url) || input);
+  const hold = url.includes("/manifest") && !url.includes("/closure") && window.__hold > 0;
+  if (hold) window.__hold -= 1;
+  const answer = await send(input, init);
+  if (hold) await new Promise((done) => setTimeout(done, 1500));
+  return answer;
+};
+"""
+
+
+def test_flags_view_shows_the_newest_version_when_answers_cross(
+    console: Callable[..., Console], server: Server
+) -> None:
+    # GIVEN the flags view, live
+    c = console()
+    c.page.add_init_script(HOLD_MANIFEST_READS)
+    flag = {"authorization": f"Bearer {FLAG_TOKEN}"}
+    url = f"/api/v1/tenants/acme/namespaces/{NAMESPACE}/manifest"
+    current = server.ok(server.http.get(url, headers=flag))["version"]
+    c.open("flags", f'#flag-versions tr[data-version="{current}"]')
+    expect(c.page.locator("#flag-events-status")).to_have_text("live")
+    events = c.page.locator("#flag-events tbody tr")
+    expect(events).to_have_count(1)
+    # WHEN a version is published and its event's load is slow to be answered, and another
+    # version is published right after, its load answered at once
+    c.page.evaluate("window.__hold = 2")  # the next load: its versions and manifest reads
+    for n, percent in ((1, 40), (2, 60)):
+        files = flag_files(True, True)
+        files["files"]["flags/checkout.toml"] = (
+            f'enabled = true\nsegments = ["staff"]\npercent = {percent}\n'
+        )
+        server.ok(server.http.put(url, json=files, headers=flag))
+        expect(events).to_have_count(1 + n)
+    newest = current + 2
+    expect(c.page.locator(f'#flag-versions tr[data-version="{newest}"]')).to_be_visible()
+    # THEN once the slow answer (the older version) arrives it does not replace the newer one
+    c.page.wait_for_function("window.__hold === 0")
+    c.page.wait_for_timeout(2000)
+    expect(c.page.locator(f'#flag-versions tr[data-version="{newest}"]')).to_be_visible()
+    expect(c.page.locator("#flag-files dd").first).to_have_text(str(newest))
+    expect(c.page.locator("#diff-summary")).to_contain_text(f"v{newest - 1} → v{newest}")
+
+
 def test_stream_search(console: Callable[..., Console]) -> None:
     c = console()
     c.open(f"streams/{STREAM.replace('/', '%2F')}", "#panel-details dl")

@@ -72,7 +72,7 @@ function mountNamespace(box, tenant, slug, ctx) {
   const ctrl = new AbortController();
   const signal = AbortSignal.any([ctrl.signal, ctx.signal]);
   const versionsBody = h("tbody");
-  const files = h("div");
+  const files = h("div", { id: "flag-files" });
   const diffBox = h("div", { id: "flag-diff" });
   const eventsBody = h("tbody");
   const status = pill("connecting", "warn");
@@ -126,12 +126,20 @@ function mountNamespace(box, tenant, slug, ctx) {
         h("section", { class: "card", "aria-labelledby": "files-h" }, h("h2", { id: "files-h" }, "Current manifest"), files),
         h("section", { class: "card", "aria-labelledby": "publish-h" }, h("h2", { id: "publish-h" }, "Publish"), publish))));
 
+  // Each event starts a load and a diff; their answers can come back out of order, and an
+  // older one must not overwrite a newer one: only the latest started is shown.
+  let loads = 0;
+  let diffs = 0;
+
+  /** true when loaded and shown, false on an error, null when a later load superseded it. */
   async function load() {
+    const mine = ++loads;
     try {
       const [v, m] = await Promise.all([
         api(`${base}/manifest/versions`, { auth: "flag", signal }),
         api(`${base}/manifest`, { auth: "flag", signal }),
       ]);
+      if (mine !== loads) return null;
       versions = (v.versions || []).slice().sort((a, b) => b.version - a.version);
       currentFiles = m.files || {};
       clear(versionsBody);
@@ -156,6 +164,7 @@ function mountNamespace(box, tenant, slug, ctx) {
       replace(problem);
       return true;
     } catch (err) {
+      if (mine !== loads) return null;
       if (!isAbort(err)) replace(problem, notice(err.status === 404 ? `${tenant}/${slug} does not exist yet: publish its first version below.` : err.message, err.status === 404 ? "info" : "error"));
       if (err.status === 404 && !editor.value) editor.value = JSON.stringify({ files: { "namespace.toml": `name = "${slug}"\n` } }, null, 2);
       return false;
@@ -178,8 +187,16 @@ function mountNamespace(box, tenant, slug, ctx) {
 
   async function showDiff(from, to) {
     if (!from || !to) throw new Error("Pick two versions.");
+    const mine = ++diffs;
     replace(diffBox, h("p", { class: "muted" }, `Comparing v${from} and v${to}…`));
-    const [a, b] = await Promise.all([closure(from), closure(to)]);
+    let a, b;
+    try {
+      [a, b] = await Promise.all([closure(from), closure(to)]);
+    } catch (err) {
+      if (mine !== diffs) return;
+      throw err;
+    }
+    if (mine !== diffs) return;
     const paths = [...new Set([...a.keys(), ...b.keys()])].sort();
     const changes = [];
     for (const p of paths) {
@@ -215,7 +232,8 @@ function mountNamespace(box, tenant, slug, ctx) {
         h("td", { class: "mono small nowrap" }, `${event} ${id || ""}`),
         h("td", null, d.delivery || event),
         h("td", null, changes)));
-      load().then(() => {
+      load().then((ok) => {
+        if (ok !== true) return;  // failed, or a later event's load is the one shown
         const v = d.version ?? d.current_version;
         if (d.prev_version && v) { setPair(d.prev_version, v); showDiff(d.prev_version, v).catch(showErr); }
       });

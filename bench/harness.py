@@ -203,8 +203,10 @@ class RemoteCallCounter:
 
 
 def merge_snapshots(snaps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"calls": {}, "tables": {}}
+    out: dict[str, Any] = {"calls": {}, "tables": {}, "wall_ms": {}}
     for s in snaps:
+        for api, samples in s.get("wall_ms", {}).items():
+            out["wall_ms"].setdefault(api, []).extend(samples)
         for section in ("calls", "tables"):
             for name, fields in s.get(section, {}).items():
                 dst = out[section].setdefault(name, {})

@@ -55,9 +55,15 @@ def test_hooks_count_calls_bytes_and_units_per_api(counted: None) -> None:
     assert calls["S3.PutObject"]["calls"] == 1 and calls["S3.PutObject"]["req_bytes"] == 5000
     assert calls["S3.GetObject"]["resp_bytes"] == 5000
     assert callcount.snapshot()["tables"]["t"] == {"items": 1.0, "kb_units": 3.0}
+    # AND each answered call's wall time is sampled, by API
+    wall = callcount.snapshot()["wall_ms"]
+    assert {api: len(v) for api, v in wall.items()} == {
+        api: int(f["calls"]) for api, f in calls.items()
+    }
+    assert all(0 < ms < 10_000 for v in wall.values() for ms in v)
     # AND reset zeroes everything
     callcount.reset()
-    assert callcount.snapshot() == {"calls": {}, "tables": {}}
+    assert callcount.snapshot() == {"calls": {}, "tables": {}, "wall_ms": {}}
 
 
 def test_hooks_install_on_a_single_client(counted: None) -> None:

@@ -94,6 +94,12 @@ def test_bench_durable_tiny_run_against_the_reference_servers(tmp_path: Path) ->
     floor = w["latency"]["headwater"]["storage_floor"]
     assert floor["rounds"] == 5 and _positive(floor["p50_ms"]) and _positive(floor["read_p50_ms"])
     assert floor["p50_ms"] <= floor["p99_ms"] and _positive(floor["cpu_ms_per_op"])
+    # paced as the round trip (the append settle_ms after the head read), and back to back
+    assert floor["settle_ms"] == bench_durable.Params().settle_ms
+    assert _positive(floor["hot_p50_ms"])
+    # and the same append call as the server saw it, once per round trip
+    twi = w["latency"]["headwater"]["server_call_ms"]["DynamoDB.TransactWriteItems"]
+    assert twi["calls"] == 5 and 0 < twi["p50_ms"] <= twi["p95_ms"]
     over = result["ratios"]["latency"]["p50 over storage floor ms"]
     assert over == pytest.approx(w["latency"]["headwater"]["p50_ms"] - floor["p50_ms"])
     assert result["ratios"]["latency"]["goals"]["floor + 3 ms"] == (over <= 3.0)

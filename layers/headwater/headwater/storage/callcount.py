@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,9 @@ _calls: dict[str, dict[str, float]] = {}
 _tables: dict[str, dict[str, float]] = {}
 _CTX_PARAMS = "headwater_callcount_params"
 _CTX_API = "headwater_callcount_api"
+_CTX_T0 = "headwater_callcount_t0"
+_wall: dict[str, list[float]] = {}  # API -> wall ms of each answered call, retries included
+MAX_WALL_SAMPLES = 100_000  # per API; later calls are not sampled
 _FIELDS = ("calls", "errors", "req_bytes", "resp_bytes", "wru", "rru", "items", "unsized")
 _KEY_ATTRS = ("pk", "sk")  # every Headwater table's key attributes (storage/schema.py)
 MAX_SIZES = 1_000_000  # items whose sizes a process remembers (oldest forgotten first)
@@ -248,6 +252,7 @@ def _on_before_call(model: Any, params: Any = None, context: Any = None, **_: An
     api = _api(model)
     if context is not None:
         context[_CTX_API] = api
+        context[_CTX_T0] = time.perf_counter()
     size = _body_size(params or {})
     with _lock:
         e = _entry(api)
@@ -258,6 +263,8 @@ def _on_before_call(model: Any, params: Any = None, context: Any = None, **_: An
 def _on_after_call(
     model: Any, http_response: Any = None, parsed: Any = None, context: Any = None, **_: Any
 ) -> None:
+    t0 = (context or {}).get(_CTX_T0)
+    wall_ms = None if t0 is None else (time.perf_counter() - t0) * 1000
     size = 0
     status = 0
     if http_response is not None:
@@ -275,7 +282,12 @@ def _on_after_call(
             writes = _write_units(model.name, params)
             rru = _read_units(model.name, params, parsed or {})
             _note_read_sizes(model.name, params, parsed or {})
-        e = _entry(_api(model))
+        api = _api(model)
+        if wall_ms is not None:
+            samples = _wall.setdefault(api, [])
+            if len(samples) < MAX_WALL_SAMPLES:
+                samples.append(wall_ms)
+        e = _entry(api)
         e["resp_bytes"] += size
         if status >= 300:
             e["errors"] += 1
@@ -321,6 +333,9 @@ def snapshot() -> dict[str, Any]:
         return {
             "calls": {k: dict(v) for k, v in sorted(_calls.items())},
             "tables": {k: dict(v) for k, v in sorted(_tables.items())},
+            # wall time of each answered call as this process saw it, botocore's retries
+            # included (a bench compares it with the same call made alone)
+            "wall_ms": {k: list(v) for k, v in sorted(_wall.items())},
         }
 
 
@@ -330,3 +345,4 @@ def reset() -> None:
     with _lock:
         _calls.clear()
         _tables.clear()
+        _wall.clear()

@@ -31,11 +31,12 @@ from headwater.errors import HeadwaterError
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
 from headwater.http.dashboard_errors import PREFIX
+from headwater.http.lean_route import LeanRoute
 from headwater.http.limits import Slot
 from headwater.http.openapi_decl import body, doc, empty, header, model, query, sse
 from headwater.http.sse import EventStreamResponse, bare_event_stream
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 RETRY_AFTER_S = 30

@@ -32,6 +32,7 @@ from headwater.flags.subscription import DEFAULT_LIMITS, parse_events_request
 from headwater.http.bodies import read_body
 from headwater.http.common import services
 from headwater.http.flag_errors import EVENTS_PATH
+from headwater.http.lean_route import LeanRoute
 from headwater.http.limits import Slot
 from headwater.http.openapi_decl import (
     STATUS_TEXT,
@@ -48,7 +49,7 @@ from headwater.http.sse import bare_event_stream
 from headwater.services import Services
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 NS = "/api/v1/tenants/{tenant}/namespaces/{slug}"
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "keep-alive"}

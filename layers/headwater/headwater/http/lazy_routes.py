@@ -1,4 +1,4 @@
-"""Routes of one surface imported on the first request under its prefixes (docs/architecture.md
+"""Routes of one surface imported on the first request under its prefixes (docs/operations.md
 "Cold start"). A Lambda environment serves what its requests use: one that only ever sees
 /v1 never imports the notifications, flags or dashboard code, and INIT (the cold start every
 environment pays) builds only the app, its middleware and the probes.

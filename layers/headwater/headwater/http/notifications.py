@@ -28,6 +28,7 @@ from headwater.http import aviso
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_body
 from headwater.http.common import services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import body, doc, model, sse
 from headwater.http.sse import EventStreamResponse
 from headwater.notify import stream as frames
@@ -44,7 +45,7 @@ from headwater.notify.requests import (
 from headwater.notify.schema import POINT_FIELD, EventSchema
 from headwater.services import Services
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 # Errors of notify, watch and replay (aviso's body): the request (400), credentials (401,
 # 403), caps (429), storage unavailable (503).

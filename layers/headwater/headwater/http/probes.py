@@ -21,13 +21,14 @@ from headwater.engine.quotas import WATCH_SESSIONS
 from headwater.errors import HeadwaterError, NotReady
 from headwater.http.auth import Principal
 from headwater.http.common import authorize, services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.responses import json_response
 from headwater.services import LazyServices, Services
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 PER_TOPIC_LIMIT = 1000  # per-topic gauge block is bounded (topics_topic_metrics_truncated)
 AGGREGATE_LIMIT = 10_000  # aggregates sum over at most this many topics per scrape
 

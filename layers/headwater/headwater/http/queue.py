@@ -19,6 +19,7 @@ from headwater.engine.queue import (
 from headwater.errors import BatchTooLarge, InvalidRequest, NotAcceptable
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import (
     V0_BODY_ERRORS,
     V0_ERRORS,
@@ -37,7 +38,7 @@ from headwater.names import validate_topic_name
 from headwater.services import Services
 from headwater.settings import Limits
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 
 def _node(value: Any, limits: Limits) -> str:

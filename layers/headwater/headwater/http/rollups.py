@@ -13,12 +13,13 @@ from starlette.responses import Response
 
 from headwater.errors import InvalidRequest
 from headwater.http.common import authorize, services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import V0_ERRORS, doc, model, query
 from headwater.http.responses import json_response
 from headwater.names import validate_topic_name
 from headwater.rollups import GRANULARITY_MS, RollupReader
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 
 def _opt_int(params: Any, name: str) -> int | None:

@@ -16,6 +16,7 @@ from headwater.errors import Conflict, InvalidRequest
 from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import V0_BODY_ERRORS, V0_ERRORS, body, doc, model, query
 from headwater.http.responses import json_response
 from headwater.http.v0_parse import (
@@ -29,7 +30,7 @@ from headwater.http.v0_parse import (
 from headwater.names import ROUTER_NAME_RE, is_valid_topic_name
 from headwater.services import Services
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 GUARANTEES = ("at_least_once", "exactly_once")
 

@@ -17,6 +17,7 @@ from headwater.engine.queue import Counters
 from headwater.engine.values import DiffResult
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import (
     BOOL_QUERY,
     V0_BODY_ERRORS,
@@ -41,7 +42,7 @@ from headwater.http.v0_parse import (
 from headwater.http.v0_requests import append_body, commit_append, require_config_names
 from headwater.names import validate_topic_name
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 
 def now_ms() -> int:

@@ -65,6 +65,7 @@ from headwater.engine.values import RangeRead
 from headwater.errors import HeadwaterError
 from headwater.http.auth import Principal
 from headwater.http.common import authorize, services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import doc, empty, header, model, query
 from headwater.http.sse import bare_event_stream
 from headwater.http.v1_common import (
@@ -78,7 +79,7 @@ from headwater.http.v1_common import (
 from headwater.index.reader import open_index, read_pruner
 from headwater.services import Services
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 T = TypeVar("T")
 

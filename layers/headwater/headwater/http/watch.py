@@ -18,6 +18,7 @@ from headwater.engine.watch import (
 from headwater.errors import NotAcceptable, NotFound, Unauthorized
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
+from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import (
     BOOL_QUERY,
     V0_BODY_ERRORS,
@@ -37,7 +38,7 @@ from headwater.http.v0_requests import (
 )
 from headwater.services import Services
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 
 def watch_engine(svc: Services) -> WatchEngine:

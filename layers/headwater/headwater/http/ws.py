@@ -21,13 +21,14 @@ from headwater import jsoncodec
 from headwater.engine.watch import TopicFeed
 from headwater.errors import HeadwaterError, Throttled, Unauthorized, error_body
 from headwater.http.auth import Principal
+from headwater.http.lean_route import LeanRoute
 from headwater.http.responses import elapsed_ms
 from headwater.http.sse import Outbox
 from headwater.http.ws_commands import Commands
 from headwater.http.ws_frames import error_frame, event_frame
 from headwater.services import LazyServices, Services
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 log = logging.getLogger(__name__)
 
 # Frames waiting for the socket: at most this many, and at most the stream buffer's bytes

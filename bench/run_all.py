@@ -12,7 +12,8 @@ bench_tiering (reads of sealed history from S3 segments, a 1,000,000-record log 
 end, 1 MB records, the cost of sealing and of ingest + one delivery), bench_durable (/v1
 against @durable-streams/server) and bench_notify (aviso's /api/v1: notify throughput,
 watch latency, replay of 100,000 sealed notifications with and without a polygon filter)
-and bench_flags (feature-flag manifests: publish -> delta latency over 100 SSE connections,
+and bench_app_path (the event loop's CPU per /v1 request in-process, LeanRoute vs FastAPI's
+handler) and bench_flags (feature-flag manifests: publish -> delta latency over 100 SSE connections,
 closure builds of a 1,000-flag namespace) and bench_dashboard (the /api/v2 feed: ingest ->
 sentiment_update latency on the ingesting and on another process with 1/10/50 streams,
 ingest -> metrics, ingest throughput) and bench_stalled (a normal client's latency with
@@ -33,6 +34,7 @@ import sys
 from typing import Any
 
 from bench import (
+    bench_app_path,
     bench_coldstart,
     bench_costs,
     bench_dashboard,
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             if not r["ok"]
         )
     if "moto" in backends:
+        print("\n######## bench app path (the app's own CPU per request, in-process) on moto")
+        bench_app_path.main(["--quick"] if args.quick else [])
         print("\n######## bench notify (/api/v1: notify, watch latency, replay) on moto")
         notify = bench_notify.main(forwarded)
         missed += missed_targets(notify, "notify")

@@ -150,3 +150,25 @@ def test_every_surface_route_of_the_app_is_called_directly() -> None:
     ]
     assert slow == []
     assert "/v1/stream/{path:path}" in {r.path for r in surface}
+
+
+def test_a_route_with_dependencies_keeps_fastapis_handler() -> None:
+    # GIVEN a raw-shaped endpoint on a router that declares a dependency
+    from fastapi import Depends
+
+    ran: list[str] = []
+
+    def audit(request: Request) -> None:
+        ran.append(request.url.path)
+
+    router = APIRouter(route_class=LeanRoute, dependencies=[Depends(audit)])
+
+    @router.get("/audited/{name}")
+    async def audited(request: Request, name: str) -> Response:
+        return JSONResponse({"name": name})
+
+    app = FastAPI()
+    app.include_router(router)
+    # WHEN it is called THEN the dependency ran: FastAPI's handler served it
+    assert TestClient(app).get("/audited/x").json() == {"name": "x"}
+    assert ran == ["/audited/x"]

@@ -7,8 +7,8 @@ request handler has nothing to do but costs per request: it solves an empty depe
 validates path parameters it then passes as strings, and checks the returned value. A
 `LeanRoute` keeps everything FastAPI builds from the route (matching, the 405 answer, the
 body limit, exception handling, the OpenAPI operation) and replaces only that handler with a
-direct call. An endpoint of any other shape (a typed query parameter, a dependency, a body
-model, a non-Response return) keeps FastAPI's handler."""
+direct call. An endpoint of any other shape (a typed query parameter, a body model, a
+non-Response return), or a route with dependencies, keeps FastAPI's handler."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def direct_call(endpoint: Callable[..., Any], path_params: set[str]) -> bool:
 class LeanRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         endpoint = self.endpoint
-        if not direct_call(endpoint, set(self.param_convertors)):
+        # dependencies (the route's or its router's) are FastAPI's to run
+        if self.dependant.dependencies or not direct_call(endpoint, set(self.param_convertors)):
             return super().get_route_handler()
 
         async def handler(request: Request) -> Response:

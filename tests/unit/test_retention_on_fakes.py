@@ -223,3 +223,34 @@ def test_upkeep_of_a_topic_not_over_any_rule_changes_nothing() -> None:
             assert clock() == T0 + 59_999
 
     asyncio.run(scenario())
+
+
+def test_a_cap_passed_while_an_upkeep_run_forgets_the_head_still_requests_upkeep() -> None:
+    # GIVEN a capped topic with inline upkeep, whose upkeep runs are recorded
+    async def scenario() -> list[str]:
+        clock = ManualClock()
+        settings = Settings(tiering=Tiering(inline=True, interval_ms=0))
+        async with processes(1, clock, settings=settings) as (p,):
+            await p.engine.put_topic(TOPIC, {"cap_records": 3})
+            for i in range(3):
+                await p.engine.append(TOPIC, batch(1, i))
+            runs: list[str] = []
+            p.engine.upkeep = runs.append
+            # WHEN the append that passes the cap commits, and an upkeep run on another
+            # thread forgets the topic's head (it evicted) before the event loop looks at it
+            appender = p.engine.appender
+            commit = appender.commit_group
+
+            def commit_then_forgotten(topic: str, reqs: Any) -> Any:
+                out = commit(topic, reqs)
+                p.engine.core.forget_head(topic)
+                return out
+
+            appender.commit_group = commit_then_forgotten  # type: ignore[method-assign]
+            await p.engine.append(TOPIC, batch(1, 3))
+            await asyncio.sleep(0.05)  # the requested run goes to the background pool
+            return runs
+
+    # THEN upkeep was still requested for it (it was lost before: the cap waited for the
+    # next append or the sweep)
+    assert asyncio.run(scenario()) == [TOPIC]

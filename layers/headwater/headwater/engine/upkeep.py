@@ -32,10 +32,17 @@ class UpkeepTrigger:
 
     def after_commit(self, topic: str) -> None:
         """An append to `topic` committed (on the event loop). A cap is enforced within
-        about an interval of the append that passed it rather than at the next sweep."""
-        head = self.core.head_cache.get(topic)
+        about an interval of the append that passed it rather than at the next sweep.
+
+        The commit left its head in the head cache, but an upkeep run on another thread may
+        have forgotten it since (it evicted or sealed: reads must take the head from
+        storage). Not knowing the head is no reason to skip: the request is made anyway, and
+        the run reads the head itself (at most one extra run per interval)."""
         tiering = self.core.settings.tiering
-        if head is None or self.run is None or not tiering.inline or not upkeep_due(head, tiering):
+        if self.run is None or not tiering.inline:
+            return
+        head = self.core.head_cache.get(topic)
+        if head is not None and not upkeep_due(head, tiering):
             return
         import asyncio  # not at the top: see engine/__init__.py
 

@@ -31,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import format_table, machine_info, percentile, result_header, write_results
+from headwater.http.lean_route import LeanRoute
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("lean", "fastapi")
 OCTET = {"content-type": "application/octet-stream"}
+_LEAN_HANDLER = LeanRoute.get_route_handler  # restored after the FastAPI-handler runs
 
 
 def _fresh_app(mode: str) -> Any:
@@ -42,13 +44,12 @@ def _fresh_app(mode: str) -> Any:
     import boto3
     from fastapi.routing import APIRoute
 
-    from headwater.http import lean_route
     from headwater.http.app import create_app
     from headwater.settings import Settings
     from headwater.storage.bootstrap import ensure_resources
     from headwater.storage.clients import AwsClients
 
-    lean_route.LeanRoute.get_route_handler = (  # type: ignore[method-assign]
+    LeanRoute.get_route_handler = (  # type: ignore[method-assign]
         _LEAN_HANDLER if mode == "lean" else APIRoute.get_route_handler
     )
     # the /v1 routes are built when their module is first imported by an app: import anew
@@ -121,9 +122,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     for k, v in series.items():
                         dst[k] += v
     finally:
-        from headwater.http import lean_route
-
-        lean_route.LeanRoute.get_route_handler = _LEAN_HANDLER  # type: ignore[method-assign]
+        LeanRoute.get_route_handler = _LEAN_HANDLER  # type: ignore[method-assign]
         emu.stop()
     workloads: dict[str, Any] = {}
     rows = []
@@ -175,14 +174,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_results(args.out, result)
     return result
 
-
-def _lean_handler() -> Any:
-    from headwater.http.lean_route import LeanRoute
-
-    return LeanRoute.get_route_handler
-
-
-_LEAN_HANDLER = _lean_handler()
 
 if __name__ == "__main__":
     main()

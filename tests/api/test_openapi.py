@@ -122,6 +122,26 @@ def test_every_route_is_documented(app: Any, document: dict[str, Any]) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_every_surface_route_calls_its_endpoint_directly(app: Any) -> None:
+    # The design the models above document: handlers take the raw Request and their path
+    # parameters and parse the rest by hand, so each route is a LeanRoute called directly
+    # (http/lean_route.py), the Durable Streams resource among them; the docs routes aside
+    from fastapi.routing import APIRoute
+
+    from headwater.http.lean_route import LeanRoute, direct_call
+
+    routes = [r for r in walk(list(app.routes)) if isinstance(r, APIRoute)]
+    surface = [r for r in routes if not r.path.startswith(("/openapi.json", "/docs"))]
+    assert len(surface) > 40
+    slow = [
+        r.path
+        for r in surface
+        if not isinstance(r, LeanRoute) or not direct_call(r.endpoint, set(r.param_convertors))
+    ]
+    assert slow == []
+    assert "/v1/stream/{path:path}" in {r.path for r in surface}
+
+
 def check_operation(path: str, method: str, op: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     if not op.get("summary") or not op.get("tags"):

@@ -119,39 +119,6 @@ def test_only_the_raw_shape_is_called_directly(endpoint: Any, direct: bool) -> N
     assert direct_call(endpoint, {"name"}) is direct
 
 
-def test_every_surface_route_of_the_app_is_called_directly() -> None:
-    # GIVEN the whole app, every surface's routes loaded
-    from headwater.http.app import create_app
-    from headwater.http.lazy_routes import load_all
-    from headwater.settings import Settings
-
-    app = create_app(Settings(resource_prefix="lean"))
-    load_all(app)
-
-    def walk(routes: list[Any]) -> list[Any]:
-        out: list[Any] = []
-        for r in routes:
-            inner = getattr(r, "original_router", None)  # an included router
-            out += walk(inner.routes) if inner is not None else [r]
-        return out
-
-    # WHEN its HTTP routes are listed (the docs routes aside: they are not on a hot path)
-    from fastapi.routing import APIRoute
-
-    routes = [r for r in walk(app.router.routes) if isinstance(r, APIRoute)]
-    surface = [r for r in routes if not r.path.startswith(("/openapi.json", "/docs"))]
-    # THEN each is a LeanRoute whose endpoint has the raw shape (the design: handlers parse
-    # their requests by hand, http/openapi_decl.py), the Durable Streams resource among them
-    assert len(surface) > 40
-    slow = [
-        r.path
-        for r in surface
-        if not isinstance(r, LeanRoute) or not direct_call(r.endpoint, set(r.param_convertors))
-    ]
-    assert slow == []
-    assert "/v1/stream/{path:path}" in {r.path for r in surface}
-
-
 def test_a_route_with_dependencies_keeps_fastapis_handler() -> None:
     # GIVEN a raw-shaped endpoint on a router that declares a dependency
     from fastapi import Depends

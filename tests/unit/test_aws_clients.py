@@ -1,14 +1,18 @@
-"""The S3 client signs what AWS needs signed and no more: over a plain-HTTP endpoint (an
-emulator) botocore would SHA-256 every body for SigV4, which over HTTPS it leaves out; the
-client built for such an endpoint leaves it out too (storage/clients.py)."""
+"""How the shared clients are built (storage/clients.py):
+- the S3 client signs what AWS needs signed and no more: over a plain-HTTP endpoint (an
+  emulator) botocore would SHA-256 every body for SigV4, which over HTTPS it leaves out;
+- retries never hold the whole client after one throttled key (standard mode);
+- every request carries one User-Agent, built once, not rebuilt per request."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import boto3
+import botocore
 import pytest
 
+from headwater import __version__
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
 
@@ -95,3 +99,44 @@ def test_throttling_on_one_key_does_not_rate_limit_the_whole_client(
     # THEN none of those requests waited on a client-side rate limiter (adaptive retry mode
     # would hold every request of the client, whatever its table, after one throttle)
     assert sent == ["hot", "hot"] + ["cold"] * 20
+
+
+def test_every_request_carries_one_user_agent_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the shared DynamoDB client, each request answered at the wire
+    from botocore.awsrequest import AWSResponse
+    from botocore.useragent import UserAgentString
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_EXECUTION_ENV", "AWS_Lambda_python3.12")
+    session = boto3.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+    ddb = AwsClients.create(Settings(resource_prefix="clients"), session=session).dynamodb
+    agents: list[str] = []
+
+    class _Raw:
+        def stream(self, **_: Any) -> Any:
+            return iter(())
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        agents.append(request.headers["User-Agent"].decode())
+        response = AWSResponse(request.url, 200, {}, _Raw())
+        response._content = b"{}"
+        return response
+
+    built: list[int] = []
+    real = UserAgentString._build_sdk_metadata
+    monkeypatch.setattr(
+        UserAgentString, "_build_sdk_metadata", lambda s: built.append(1) or real(s)
+    )
+    ddb.meta.events.register("before-send.dynamodb.GetItem", answer)
+    # WHEN it makes three calls
+    for _ in range(3):
+        ddb.get_item(TableName="t", Key={"pk": {"S": "k"}})
+    # THEN each carries the same agent, naming the SDK, Headwater and the Lambda runtime, and
+    # botocore did not rebuild its own per request (it does, twice per call, by default)
+    assert len(agents) == 3 and len(set(agents)) == 1
+    parts = agents[0].split()
+    assert parts[0] == f"Boto3/{boto3.__version__}" and f"Botocore/{botocore.__version__}" in parts
+    assert f"headwater/{__version__}" in parts and "exec-env/AWS_Lambda_python3.12" in parts
+    assert built == []

@@ -97,12 +97,13 @@ def create_app(
     )
     app.state.services = lazy
     errors.install(app)
-    app.include_router(probes.router)
     # Each surface's routes are imported on its first request (http/lazy_routes.py). /v1
-    # first after the probes: routes are matched in order and the Durable Streams routes
-    # carry the most requests per second (the prefixes do not overlap).
+    # first, before the probes: routes are matched in order, and the Durable Streams routes
+    # carry the most requests per second (no probe path starts with /v1/). The probes stay
+    # before /v0, whose entry would take /v0/health.
     http = "headwater.http."
     on_first_use(app, ("/v1/",), http + "v1")
+    app.include_router(probes.router)
     v0 = ("v0", "rollups", "queue", "watch", "routers", "ws")
     on_first_use(app, ("/v0/",), *(http + m for m in v0))
     on_first_use(app, ("/api/v1/",), http + "notifications", http + "flags")

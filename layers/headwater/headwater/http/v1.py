@@ -289,6 +289,56 @@ STREAM_DOCS: dict[str, dict[str, Any]] = {
 
 
 # --- routes --------------------------------------------------------------------------------
+# Matched in the order declared: the stream route, which carries nearly every request, first
+# (no path matches two of them).
+@router.api_route(
+    "/v1/stream/{path:path}",
+    methods=["PUT", "POST", "GET", "HEAD", "DELETE"],
+    summary="A stream",
+    tags=["v1 durable streams"],
+)
+async def stream_resource(request: Request, path: str) -> Response:
+    svc = services(request)
+    if svc.shutting_down:
+        raise HeadwaterError(
+            "server is shutting down",
+            status=503,
+            code="shutting_down",
+            headers={"Retry-After": "5"},
+        )
+    # Credentials before anything about the path: without a valid key every request is 401,
+    # whether or not the stream or the subresource exists.
+    principal = svc.keys.authenticate(request.headers.get("authorization"))
+    name, sub, key = _split(path)
+    method = request.method
+    if sub is not None:
+        if sub == "_profile":
+            return await _profile(request, svc, principal, name)
+        if sub == "_schema":
+            return await _schema(request, svc, principal, name)
+        if sub.startswith("touch/"):
+            from headwater.http import v1_touch  # it imports this module's helpers
+
+            return await v1_touch.route(request, svc, principal, name, sub)
+        from headwater.http import v1_search  # it imports this module's helpers
+
+        return await v1_search.route(request, svc, principal, name, sub)
+    if method == "PUT":
+        allow(principal, "write", name)
+        return await capped(_create(request, svc, principal, name))
+    if method == "POST":
+        allow(principal, "write", name)
+        return await capped(_append(request, svc, name))
+    if method == "DELETE":
+        allow(principal, "delete", name)
+        await capped(svc.streams.delete(name))
+        return Response(status_code=204)
+    allow(principal, "read", name)
+    if method == "HEAD":
+        return await capped(_head(svc, name))
+    return await _read(request, svc, name, key)
+
+
 @router.get(
     "/v1/streams",
     **doc(
@@ -356,54 +406,6 @@ def _server_view(request: Request, which: str) -> Response:
         headers={"Cache-Control": "no-store"},
         media_type="application/json",
     )
-
-
-@router.api_route(
-    "/v1/stream/{path:path}",
-    methods=["PUT", "POST", "GET", "HEAD", "DELETE"],
-    summary="A stream",
-    tags=["v1 durable streams"],
-)
-async def stream_resource(request: Request, path: str) -> Response:
-    svc = services(request)
-    if svc.shutting_down:
-        raise HeadwaterError(
-            "server is shutting down",
-            status=503,
-            code="shutting_down",
-            headers={"Retry-After": "5"},
-        )
-    # Credentials before anything about the path: without a valid key every request is 401,
-    # whether or not the stream or the subresource exists.
-    principal = svc.keys.authenticate(request.headers.get("authorization"))
-    name, sub, key = _split(path)
-    method = request.method
-    if sub is not None:
-        if sub == "_profile":
-            return await _profile(request, svc, principal, name)
-        if sub == "_schema":
-            return await _schema(request, svc, principal, name)
-        if sub.startswith("touch/"):
-            from headwater.http import v1_touch  # it imports this module's helpers
-
-            return await v1_touch.route(request, svc, principal, name, sub)
-        from headwater.http import v1_search  # it imports this module's helpers
-
-        return await v1_search.route(request, svc, principal, name, sub)
-    if method == "PUT":
-        allow(principal, "write", name)
-        return await capped(_create(request, svc, principal, name))
-    if method == "POST":
-        allow(principal, "write", name)
-        return await capped(_append(request, svc, name))
-    if method == "DELETE":
-        allow(principal, "delete", name)
-        await capped(svc.streams.delete(name))
-        return Response(status_code=204)
-    allow(principal, "read", name)
-    if method == "HEAD":
-        return await capped(_head(svc, name))
-    return await _read(request, svc, name, key)
 
 
 async def _create(request: Request, svc: Services, principal: Principal, name: str) -> Response:

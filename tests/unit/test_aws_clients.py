@@ -11,10 +11,32 @@ from typing import Any
 import boto3
 import botocore
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from headwater import __version__
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
+
+
+def _clients(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> AwsClients:
+    """The clients a process builds, against `endpoint` (nothing listens there)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    session = boto3.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+    return AwsClients.create(Settings(resource_prefix="clients"), session=session)
+
+
+class _Raw:
+    def stream(self, **_: Any) -> Any:
+        return iter(())
+
+
+def _answer(request: Any, status: int, body: bytes) -> AWSResponse:
+    """An answer given at the wire (from a `before-send` hook): the request never leaves."""
+    response = AWSResponse(request.url, status, {}, _Raw())
+    response._content = body
+    return response
 
 
 class _Sent(Exception):
@@ -22,11 +44,7 @@ class _Sent(Exception):
 
 
 def _payload_hash(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    session = boto3.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
-    s3 = AwsClients.create(Settings(resource_prefix="clients"), session=session).s3
+    s3 = _clients(endpoint, monkeypatch).s3
     seen: dict[str, str] = {}
 
     def before_send(request: Any, **_: Any) -> None:
@@ -60,36 +78,24 @@ def test_throttling_on_one_key_does_not_rate_limit_the_whole_client(
 ) -> None:
     # GIVEN the DynamoDB client every adapter of a process shares, and a table whose first
     # request is throttled (a hot key); botocore's back-off sleep is skipped
-    from botocore.awsrequest import AWSResponse
     from botocore.retries import bucket
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setattr("botocore.endpoint.time.sleep", lambda _s: None)
 
     def held(*_a: Any, **_k: Any) -> None:
         raise _Waited
 
     monkeypatch.setattr(bucket.TokenBucket, "acquire", held)
-    session = boto3.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
-    ddb = AwsClients.create(Settings(resource_prefix="clients"), session=session).dynamodb
+    ddb = _clients("http://127.0.0.1:9", monkeypatch).dynamodb
     sent: list[str] = []
-
-    class _Raw:
-        def stream(self, **_: Any) -> Any:
-            return iter(())
 
     def answer(request: Any, **_: Any) -> AWSResponse:
         table = "hot" if b'"hot"' in request.body else "cold"
         sent.append(table)
         if table == "hot" and sent.count("hot") == 1:
-            body = b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException"}'
-            response = AWSResponse(request.url, 400, {}, _Raw())
-        else:
-            body, response = b"{}", AWSResponse(request.url, 200, {}, _Raw())
-        response._content = body
-        return response
+            throttled = b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException"}'
+            return _answer(request, 400, throttled)
+        return _answer(request, 200, b"{}")
 
     ddb.meta.events.register("before-send.dynamodb.GetItem", answer)
     ddb.get_item(TableName="hot", Key={"pk": {"S": "k"}})
@@ -103,32 +109,24 @@ def test_throttling_on_one_key_does_not_rate_limit_the_whole_client(
 
 def test_every_request_carries_one_user_agent_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the shared DynamoDB client, each request answered at the wire
-    from botocore.awsrequest import AWSResponse
     from botocore.useragent import UserAgentString
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_EXECUTION_ENV", "AWS_Lambda_python3.12")
-    session = boto3.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
-    ddb = AwsClients.create(Settings(resource_prefix="clients"), session=session).dynamodb
+    ddb = _clients("http://127.0.0.1:9", monkeypatch).dynamodb
     agents: list[str] = []
-
-    class _Raw:
-        def stream(self, **_: Any) -> Any:
-            return iter(())
 
     def answer(request: Any, **_: Any) -> AWSResponse:
         agents.append(request.headers["User-Agent"].decode())
-        response = AWSResponse(request.url, 200, {}, _Raw())
-        response._content = b"{}"
-        return response
+        return _answer(request, 200, b"{}")
 
     built: list[int] = []
     real = UserAgentString._build_sdk_metadata
-    monkeypatch.setattr(
-        UserAgentString, "_build_sdk_metadata", lambda s: built.append(1) or real(s)
-    )
+
+    def counted(self: UserAgentString) -> Any:
+        built.append(1)
+        return real(self)
+
+    monkeypatch.setattr(UserAgentString, "_build_sdk_metadata", counted)
     ddb.meta.events.register("before-send.dynamodb.GetItem", answer)
     # WHEN it makes three calls
     for _ in range(3):

@@ -47,6 +47,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from headwater.engine.ports import log_key_parts
 from headwater.engine.routers import RouterEngine, StreamBatch
 from headwater.engines import Core
 from headwater.http.ws_gateway import Delivery
@@ -102,15 +103,17 @@ class _Tally:
 
 def frame_key(record: DynamoDBRecord) -> tuple[str, int, int] | None:
     """(topic, epoch, last seq) of a new log frame, or None for any other change. Frames are
-    keyed by their first seq; the last one is the image's `ls`."""
+    keyed by their first seq, under one of the incarnation's partition keys; the last seq is
+    the image's `ls`. A hole (`hl`: seqs reserved that no append committed) holds nothing
+    to forward."""
     if record.event_name is not DynamoDBRecordEventName.INSERT or record.dynamodb is None:
         return None
     keys = record.dynamodb.keys or {}
-    topic, sep, epoch = str(keys.get("pk", "")).rpartition("#")
+    parts = log_key_parts(str(keys.get("pk", "")))
     image = record.dynamodb.new_image or {}
-    if not sep or "sk" not in keys or "ls" not in image or "fn" in image:
-        return None  # not a frame, or the fence a topic delete puts after its last frame
-    return topic, int(epoch), int(image["ls"])
+    if parts is None or "sk" not in keys or "ls" not in image or "hl" in image:
+        return None
+    return parts[0], parts[1], int(image["ls"])
 
 
 @traced  # EnableTracing: Powertools Tracer around the rest (obs.traced)

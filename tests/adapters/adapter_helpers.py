@@ -16,6 +16,7 @@ from headwater.engine.ports import (
     HeadStore,
     IdemEntry,
     LogTailStore,
+    Reservation,
     SegmentStore,
     SessionStore,
     TagEntry,
@@ -44,9 +45,10 @@ LOSSY_OPS = {
     "commit_seal": ("transact_write_items", "segments.commit_seal"),
     "complete": ("transact_write_items", "leases.complete"),
     "put_ext": ("update_item", "heads.put_ext"),
-    "mark_deleted": ("transact_write_items", "heads.mark_deleted"),
+    "mark_deleted": ("put_item", "heads.mark_deleted"),
     "append_single": ("put_item", "tail.commit_append"),
-    "checkpoint": ("update_item", "tail.checkpoint"),
+    "reserve_seqs": ("update_item", "heads.reserve"),
+    "fill_hole": ("put_item", "tail.fill_hole"),
     "reserve": ("update_item", "quota.reserve"),
     "release": ("update_item", "quota.release"),
     "publish": ("put_item", "catalogue.publish"),
@@ -220,6 +222,7 @@ def creating_commit(
     idem: Sequence[IdemEntry] = (),
     config: dict[str, Any] | None = None,
     ts: int = T0,
+    partitions: int = 1,
 ) -> AppendCommit:
     n = len(records)
     payload = sum(r.size for r in records)
@@ -233,6 +236,7 @@ def creating_commit(
         config=config or {},
         appended=n,
         appended_bytes=payload,
+        partitions=partitions,
     )
     return AppendCommit(
         topic=topic,
@@ -247,7 +251,6 @@ def creating_commit(
         tag_entries=list(tags),
         tag_pending=False,
         idem=list(idem),
-        appended=n,
         appended_bytes=payload,
     )
 
@@ -262,13 +265,14 @@ def append_commit(
     ts: int = T0 + 1,
     blob: bytes | None = None,
     spill_key: str | None = None,
-    max_count: int | None = None,
-    max_bytes: int | None = None,
     single: bool = False,
     expires_s: int | None = None,
+    first: int | None = None,
 ) -> AppendCommit:
-    first = expected.head_seq + 1
-    last = expected.head_seq + len(records)
+    """The commit of `records` at `first` (default: right after `expected`'s head seq, the
+    seqs a reservation on `expected` would get: reserve them first, see `append`)."""
+    first = expected.head_seq + 1 if first is None else first
+    last = first + len(records) - 1
     payload = sum(r.size for r in records)
     if blob is None and spill_key is None:
         blob = encode_records(list(records))
@@ -285,13 +289,17 @@ def append_commit(
         tag_entries=list(tags),
         tag_pending=tag_pending,
         idem=list(idem),
-        max_count=max_count,
-        max_bytes=max_bytes,
         single=single,
         expires_s=expires_s,
-        appended=expected.appended + len(records),
         appended_bytes=expected.appended_bytes + payload,
     )
+
+
+def reserve(
+    b: Backend, head: Head, records: Sequence[NewRecord], ts: int = T0 + 1, **kw: Any
+) -> Reservation:
+    """The counter step an append of `records` makes before its write."""
+    return b.heads.reserve(head, len(records), sum(r.size for r in records), ts, **kw)
 
 
 def create_topic(b: Backend, topic: str, n: int = 3, **kw: Any) -> Head:
@@ -301,8 +309,20 @@ def create_topic(b: Backend, topic: str, n: int = 3, **kw: Any) -> Head:
     return head
 
 
-def append(b: Backend, head: Head, records: Sequence[NewRecord], **kw: Any) -> Head:
-    b.tail.commit_append(append_commit(head, records, **kw))
+def append(
+    b: Backend,
+    head: Head,
+    records: Sequence[NewRecord],
+    *,
+    max_count: int | None = None,
+    max_bytes: int | None = None,
+    ext: str | None = None,
+    **kw: Any,
+) -> Head:
+    """Reserve seqs for `records` on `head`, then commit them there; the head after."""
+    ts = kw.get("ts", T0 + 1)
+    rsv = reserve(b, head, records, ts, ext=ext, max_count=max_count, max_bytes=max_bytes)
+    b.tail.commit_append(append_commit(head, records, first=rsv.first_seq, **kw))
     fresh = b.heads.get(head.topic)
     assert fresh is not None
     return fresh

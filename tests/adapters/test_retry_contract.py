@@ -17,7 +17,7 @@ import dataclasses
 import time
 
 import pytest
-from adapter_helpers import T0, Backend, Lossy, append_commit, create_topic, recs
+from adapter_helpers import T0, Backend, Lossy, append_commit, create_topic, recs, reserve
 
 from headwater.engine.ports import AppendRejected, IdemEntry, SealCommit, SegmentItem
 from headwater.engine.ports.queue import Guard, Lease, LeaseCommit, queue_key
@@ -37,7 +37,10 @@ def test_a_lost_append_answer_is_one_commit(lossy: tuple[Backend, Lossy]) -> Non
     # (expiry from the real clock: DynamoDB Local's TTL sweeper deletes items whose ttl,
     # derived from it, is past, and T0 is in 2023)
     now = int(time.time() * 1000)
-    commit = append_commit(head, recs(3), idem=[IdemEntry("k1", 3, 5, now + 60_000)])
+    rsv = reserve(backend, head, recs(3))
+    commit = append_commit(
+        head, recs(3), first=rsv.first_seq, idem=[IdemEntry("k1", 3, 5, now + 60_000)]
+    )
     stores.lose_next("commit_append")
     # WHEN the adapter re-sends it, THEN it reports the commit (not a conflict, no dedup):
     # answered by the token as a plain success, or, without it, as applied earlier (True)
@@ -48,10 +51,10 @@ def test_a_lost_append_answer_is_one_commit(lossy: tuple[Backend, Lossy]) -> Non
     frames = backend.tail.read_frames(after, 0, 5, 100)
     assert [f.last_seq for f in frames] == [2, 5]
     assert backend.tail.get_idempotency(after, "k1", now) is not None
-    # AND a different commit on the same stale head is still a genuine conflict
+    # AND a different commit at the same seqs finds them taken: not ours, a lost slot
     with pytest.raises(AppendRejected) as info:
         stores.tail.commit_append(append_commit(head, recs(1)))
-    assert info.value.head_conflict
+    assert info.value.slot_lost
 
 
 def test_a_lost_seal_answer_moves_sealed_through_once(lossy: tuple[Backend, Lossy]) -> None:

@@ -115,7 +115,10 @@ def test_frame_summaries_evict_and_trim(backend: Backend) -> None:
     assert after.evictions == ((5, "cap"),)
     assert after.unsealed_bytes == head.unsealed_bytes - 50
     backend.tail.delete_frames(after, [1, 3])  # frames are keyed by their first seq
-    assert [f.last_seq for f in backend.tail.frame_summaries(after, 0, 9, 100)] == [9]
+    # the chain stops where nothing stands; every item in the span is there to delete
+    assert backend.tail.frame_summaries(after, 0, 9, 100) == []
+    assert [f.last_seq for f in backend.tail.frame_summaries(after, 5, 9, 100)] == [9]
+    assert [f.last_seq for f in backend.tail.frame_summaries(after, 0, 9, 100, every=True)] == [9]
     assert backend.tail.set_trimmed(after, 5)
     assert not backend.tail.set_trimmed(after, 7)  # trimmed_through moved since
     assert _head(backend, "e").trimmed_through == 5

@@ -19,6 +19,7 @@ from adapter_helpers import (
     creating_commit,
     new_head,
     recs,
+    reserve,
     seqs_of,
 )
 from botocore.exceptions import ClientError
@@ -48,7 +49,7 @@ RETURNS_OLD_ITEM_ON_CANCEL = {"memory": True, "moto": True, "ddblocal": True, "m
 def _no_frame(b: Backend, head: Head, seq: int) -> bool:
     """No frame starts or ends at `seq`, not even a ghost item a stray update left there (the
     summaries list every item of the log's partition, whatever attributes it lacks)."""
-    found = b.tail.frame_summaries(head, 0, 1 << 62, 1 << 20)
+    found = b.tail.frame_summaries(head, 0, 1 << 62, 1 << 20, every=True)
     return all(seq not in (f.first_seq, f.last_seq) for f in found)
 
 
@@ -143,9 +144,12 @@ def test_append_advances_the_head(backend: Backend) -> None:
 
 def test_a_commit_sent_again_under_its_commit_id_applies_once(backend: Backend) -> None:
     head = create_topic(backend, "t", 2)
-    # GIVEN a commit that applied under its commit id (which is also its request token)
+    # GIVEN a commit that applied under its commit id (which is also its request token), at
+    # seqs its reservation holds
+    rsv = reserve(backend, head, recs(2))
     commit = append_commit(head, recs(2, start=2), idem=[IdemEntry("k", 3, 4, T0 + 60_000)])
     commit.cid = uuid.uuid4().hex[:24]
+    assert (rsv.first_seq, commit.first_seq) == (3, 3)
     assert backend.tail.commit_append(commit) is False
     # WHEN the very same commit is sent again THEN storage answers its first success (the
     # token) and nothing is written twice
@@ -160,47 +164,59 @@ def test_a_commit_sent_again_under_its_commit_id_applies_once(backend: Backend) 
         backend.tail.commit_append(other)
     assert err.value.detail == {"aws_error": "IdempotentParameterMismatchException"}
     assert backend.heads.get("t") == after
+    assert _no_frame(backend, after, 5)
 
 
-def test_stale_expected_head_writes_nothing(backend: Backend) -> None:
-    stale = create_topic(backend, "t", 3)
-    current = append(backend, stale, recs(2, start=3))  # head_seq 5
-    # WHEN a writer commits on top of the stale head (seqs 4..6, frame key 4)
+def test_a_commit_at_a_key_a_hole_took_writes_nothing(backend: Backend) -> None:
+    head = create_topic(backend, "t", 3)
+    rsv = reserve(backend, head, recs(3))  # seqs 4..6
+    # GIVEN a reader filled the reserved slot as a hole (its writer was overdue)
+    hole = backend.tail.fill_hole(head, rsv.first_seq)
+    assert (hole.first_seq, hole.last_seq, hole.hole) == (4, 4, True)
+    # WHEN the late writer commits there, with tags and a key
     commit = append_commit(
-        stale,
+        head,
         recs(3, tag="x"),
+        first=rsv.first_seq,
         tags=[TagEntry("x", 4, (4, 5, 6))],
         idem=[IdemEntry("k", 4, 6, T0 + 60_000)],
     )
     with pytest.raises(AppendRejected) as rej:
         backend.tail.commit_append(commit)
-    # THEN it is a head conflict and nothing at all was written
-    assert rej.value.head_conflict and rej.value.idem_hits == {}
-    assert rej.value.current_head == (current if RETURNS_OLD_ITEM_ON_CANCEL[backend.name] else None)
-    assert backend.heads.get("t") == current
-    assert [f.last_seq for f in backend.tail.read_frames(current, 0, 10, 100)] == [3, 5]
+    # THEN its slot is lost (it reserves again) and nothing at all was written
+    assert rej.value.slot_lost and rej.value.idem_hits == {}
+    current = backend.heads.get("t")
+    assert current is not None and current.head_seq == 6
+    frames = backend.tail.read_frames(current, 0, 10, 100)
+    assert [(f.first_seq, f.last_seq, f.hole) for f in frames] == [(1, 3, False), (4, 4, True)]
     assert backend.tail.tag_lookup(current, "x", False) == []
     assert _no_idem_key(backend, current, "k")
-    assert backend.tail.get_idempotency(current, "k", T0) is None
+    # AND the single put of a frame alone is refused the same way
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(append_commit(head, recs(1), first=4, single=True))
+    assert rej.value.slot_lost
 
 
-def test_append_to_a_deleted_topic_or_wrong_epoch_is_a_conflict(backend: Backend) -> None:
+def test_a_reservation_on_a_deleted_topic_or_wrong_epoch_is_a_conflict(backend: Backend) -> None:
     head = create_topic(backend, "t", 1)
     with pytest.raises(AppendRejected) as rej:
-        backend.tail.commit_append(append_commit(dataclasses.replace(head, epoch=2), recs(1)))
-    assert rej.value.head_conflict
+        reserve(backend, dataclasses.replace(head, epoch=2), recs(1))
+    assert rej.value.head_conflict and rej.value.current_head == head
     assert backend.heads.mark_deleted(head, if_empty=False)
     with pytest.raises(AppendRejected) as rej:
-        backend.tail.commit_append(append_commit(head, recs(1)))
+        reserve(backend, head, recs(1))
     assert rej.value.head_conflict
-    assert _no_frame(backend, head, 2)
+    marker = backend.heads.get("t")
+    assert marker is not None and marker.deleted and marker.head_seq == 0
 
 
-def test_append_to_a_missing_topic_is_a_conflict_and_creates_nothing(backend: Backend) -> None:
+def test_a_reservation_on_a_missing_topic_is_a_conflict_and_creates_nothing(
+    backend: Backend,
+) -> None:
     ghost = Head(topic="ghost", epoch=1)
     with pytest.raises(AppendRejected) as rej:
-        backend.tail.commit_append(append_commit(ghost, recs(1)))
-    assert rej.value.head_conflict
+        reserve(backend, ghost, recs(1))
+    assert rej.value.head_conflict and rej.value.current_head is None
     assert backend.heads.get("ghost") is None
 
 
@@ -264,27 +280,25 @@ CAP_CASES = [  # (cap_n, cap_b, fits) for 2 records of 10 bytes on top of 3 (cou
 ]
 
 
-def test_caps_reject_appends_over_the_limit(backend: Backend) -> None:
+def test_caps_refuse_the_reservation_over_the_limit(backend: Backend) -> None:
     for i, (cap_n, cap_b, fits) in enumerate(CAP_CASES):
         head = create_topic(backend, f"t{i}", 3)
         added = recs(2)
-        commit = append_commit(
-            head,
-            added,
-            # the engine passes cap - added, checked against the stored counters
-            max_count=None if cap_n is None else cap_n - len(added),
-            max_bytes=None if cap_b is None else cap_b - len(added) * REC_SIZE,
-        )
+        # the engine passes cap - added, checked against the counters (which every
+        # reservation moves, so appends in flight count)
+        caps = {
+            "max_count": None if cap_n is None else cap_n - len(added),
+            "max_bytes": None if cap_b is None else cap_b - len(added) * REC_SIZE,
+        }
         if fits:
-            backend.tail.commit_append(commit)
-            got = backend.heads.get(head.topic)
-            assert got is not None and got.count == 5
+            got = append(backend, head, added, **caps)
+            assert got.count == 5
             continue
         with pytest.raises(AppendRejected) as rej:
-            backend.tail.commit_append(commit)
+            reserve(backend, head, added, **caps)
         assert rej.value.head_conflict, (cap_n, cap_b)
+        assert rej.value.current_head == head
         assert backend.heads.get(head.topic) == head
-        assert _no_frame(backend, head, 5)
 
 
 # --- spill ----------------------------------------------------------------------------------
@@ -617,11 +631,13 @@ def test_transaction_of_101_items_is_refused(backend: Backend) -> None:
 def test_guarded_append_is_conditional_on_ext_and_sets_it(backend: Backend) -> None:
     head = create_topic(backend, "g", 1)
     assert head.ext == ""
-    # GIVEN an append that expects no ext yet and sets one
+    # GIVEN an append that expects no ext yet and sets one: serialized, the head moves with
+    # the frame (no reservation), so its seqs and its ext are never seen apart
     commit = dataclasses.replace(append_commit(head, recs(1)), ext_expected="", ext_new='{"a":1}')
     backend.tail.commit_append(commit)
     after = backend.heads.get("g")
     assert after is not None and after.ext == '{"a":1}' and after.head_seq == 2
+    assert (after.count, after.bytes, after.appended) == (2, 2 * REC_SIZE, 2)
     # WHEN the ext changes alone (a close, say) under a writer that read it before
     assert backend.heads.put_ext(after, '{"a":2}')
     stale = dataclasses.replace(
@@ -630,10 +646,38 @@ def test_guarded_append_is_conditional_on_ext_and_sets_it(backend: Backend) -> N
     # THEN that writer's append is a conflict and writes nothing, though head_seq is unchanged
     with pytest.raises(AppendRejected) as rej:
         backend.tail.commit_append(stale)
-    assert rej.value.head_conflict
+    assert rej.value.head_conflict and not rej.value.slot_lost
     now = backend.heads.get("g")
     assert now is not None and now.ext == '{"a":2}' and now.head_seq == 2
     assert _no_frame(backend, now, 3)
+    # AND a reservation judged on the old ext is refused too
+    with pytest.raises(AppendRejected) as rej:
+        reserve(backend, after, recs(1), ext='{"a":1}')
+    assert rej.value.current_head == now
+
+
+def test_an_ext_change_commits_only_with_nothing_reserved_since_its_read(
+    backend: Backend,
+) -> None:
+    """Everyone who judged on the old ext reserved before the change: a reservation after
+    the writer's read refuses the change (it reads again and retries)."""
+    head = create_topic(backend, "o", 1)
+    reserve(backend, head, recs(1), ext="")  # seq 2: another writer, judged on ""
+    change = dataclasses.replace(append_commit(head, recs(1)), ext_expected="", ext_new='{"c":1}')
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(change)
+    assert rej.value.head_conflict and not rej.value.slot_lost
+    now = backend.heads.get("o")
+    assert now is not None and now.ext == "" and now.head_seq == 2
+    # on the head as it is now, the same change commits at seq 3, with the caps it checks
+    capped = dataclasses.replace(
+        append_commit(now, recs(1)), ext_expected="", ext_new='{"c":1}', max_count=1
+    )
+    with pytest.raises(AppendRejected):
+        backend.tail.commit_append(capped)  # count 2 > 1
+    backend.tail.commit_append(dataclasses.replace(capped, max_count=2))
+    done = backend.heads.get("o")
+    assert done is not None and (done.ext, done.head_seq, done.count) == ('{"c":1}', 3, 3)
 
 
 def test_put_ext_needs_the_head_seq_and_ext_as_read(backend: Backend) -> None:

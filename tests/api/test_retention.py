@@ -10,7 +10,14 @@ import time
 import pytest
 from api_helpers import MakeClient, append_data, diff, path, put_topic, read_all, seqs_of, state
 from starlette.testclient import TestClient
-from test_tiering import EAGER, frames_not_left_to_ttl, segment_keys, services, tail_frames
+from test_tiering import (
+    EAGER,
+    frame_items,
+    frames_not_left_to_ttl,
+    segment_keys,
+    services,
+    tail_frames,
+)
 
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
@@ -198,17 +205,9 @@ def test_ephemeral_and_memory_stay_in_the_tail_with_a_bounded_life(
     head = services(c).engine.heads
     assert [head.get(t).sealed_through for t in ("eph", "mem", "dsk")] == [0, 0, 30]  # type: ignore[union-attr]
     # Lossy-class frames carry a DynamoDB TTL (the backstop; upkeep reclaims them first).
-    item = aws.dynamodb.query(
-        TableName=settings.table_name("log"),
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": "eph#1"}},
-    )["Items"][0]
+    item = frame_items(aws, settings, "eph", 1)[0]
     assert int(item["ttl"]["N"]) > time.time()
-    plain = aws.dynamodb.query(
-        TableName=settings.table_name("log"),
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": "mem#1"}},
-    )["Items"][0]
+    plain = frame_items(aws, settings, "mem", 1)[0]
     assert "ttl" in plain
     # An ephemeral record outlives its window only as a tombstone.
     time.sleep(max(0.0, retention_s + 0.1 - (time.monotonic() - written["eph"])))

@@ -51,14 +51,26 @@ def segment_keys(aws: AwsClients, settings: Settings) -> list[str]:
     return sorted(o["Key"] for o in resp.get("Contents", []))
 
 
+def frame_items(
+    aws: AwsClients, settings: Settings, topic: str, epoch: int
+) -> list[dict[str, Any]]:
+    """Every frame item of the incarnation, over all its partition keys (docs/storage.md
+    "The sequencer")."""
+    items: list[dict[str, Any]] = []
+    for p in range(settings.log_partitions):
+        pk = f"{topic}#{epoch}" if p == 0 else f"{topic}#{epoch}~{p}"
+        resp = aws.dynamodb.query(
+            TableName=settings.table_name("log"),
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": pk}},
+            ConsistentRead=True,
+        )
+        items.extend(resp["Items"])
+    return sorted(items, key=lambda it: int(it["sk"]["N"]))
+
+
 def tail_frames(aws: AwsClients, settings: Settings, topic: str, epoch: int = 1) -> list[int]:
-    resp = aws.dynamodb.query(
-        TableName=settings.table_name("log"),
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"{topic}#{epoch}"}},
-        ConsistentRead=True,
-    )
-    return [int(it["sk"]["N"]) for it in resp["Items"]]
+    return [int(it["sk"]["N"]) for it in frame_items(aws, settings, topic, epoch)]
 
 
 def frames_not_left_to_ttl(
@@ -66,14 +78,9 @@ def frames_not_left_to_ttl(
 ) -> list[int]:
     """Frame items that no DynamoDB TTL will reclaim. A sealed log's frames are never
     deleted one by one: each carries the tail TTL (HEADWATER_TAIL_TTL_MS), trimming only
-    moves trimmed_through (docs/storage.md "One write per append")."""
-    resp = aws.dynamodb.query(
-        TableName=settings.table_name("log"),
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"{topic}#{epoch}"}},
-        ConsistentRead=True,
-    )
-    return [int(it["sk"]["N"]) for it in resp["Items"] if "ttl" not in it]
+    moves trimmed_through (docs/storage.md "The sequencer")."""
+    items = frame_items(aws, settings, topic, epoch)
+    return [int(it["sk"]["N"]) for it in items if "ttl" not in it]
 
 
 def every_diff(client: TestClient, topic: str, upto: int, **body: Any) -> list[dict[str, Any]]:
@@ -198,7 +205,7 @@ def test_frames_stay_through_the_grace_period_and_stale_heads_reread(
     for sk in tail_frames(aws, settings, "g"):
         aws.dynamodb.delete_item(
             TableName=settings.table_name("log"),
-            Key={"pk": {"S": "g#1"}, "sk": {"N": str(sk)}},
+            Key={"pk": {"S": old.frame_pk(sk)}, "sk": {"N": str(sk)}},
         )
     engine.cache.drop_topic(old.log_key)
     res = engine.reader.diff_sync("g", DiffRequest(from_seq=0, limit=100), old)
@@ -251,9 +258,9 @@ def test_frames_below_a_floor_nothing_will_seal_past_are_collected_once(
     scans: list[tuple[int, int]] = []
     real = svc.engine.tail.frame_summaries
 
-    def counted(head: Any, after: int, upto: int, limit: int) -> Any:
+    def counted(head: Any, after: int, upto: int, limit: int, **kw: Any) -> Any:
         scans.append((after, upto))
-        return real(head, after, upto, limit)
+        return real(head, after, upto, limit, **kw)
 
     svc.engine.tail.frame_summaries = counted  # type: ignore[method-assign]
     # WHEN upkeep runs twice

@@ -1,7 +1,8 @@
 """In-memory HeadStore: the heads table of a MemoryAccount. Every conditional write is
 judged under the account's lock, records its commit id on the head (as the DynamoDB adapter
 does), and counts a failed condition on a head holding its own commit id as success: the
-re-send of a write whose answer was lost."""
+re-send of a write whose answer was lost. The head's counter hands out seqs (reserve), as
+the adapter's UpdateItem does."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from headwater.engine.ports import Head
-from tests.fakes.storage import FrameRow, HeadRow, MemoryAccount, Send
+from headwater.engine.ports import AppendRejected, Head, Reservation
+from tests.fakes.storage import FaultHook, HeadRow, MemoryAccount, Send
 
 
 def stored_head(head: Head) -> Head:
@@ -34,25 +35,14 @@ def read_head(head: Head) -> Head:
     )
 
 
-def merged_head(account: MemoryAccount, head: Head) -> Head:
-    """A stored head as a read returns it: brought up to the newest frame of its log past
-    the stored item (storage/dynamo.py `merged`). Under the account's lock."""
-    out = read_head(head)
-    if head.deleted:
-        return out
-    frames = account.frames.get(head.log_key, {})
-    past = [k for k in frames if k > head.head_seq]
-    if not past:
-        return out
-    newest = frames[max(past)]
-    return out.past(newest.last_seq, newest.appended, newest.appended_bytes, newest.ts)
-
-
 def ext_holds(head: Head, expected: str) -> bool:
     return head.ext == expected
 
 
-class MemoryHeadStore:
+class MemoryHeadStore(FaultHook):
+    PREFIX = "heads"
+    WRITES = ("reserve", "create", "put_config", "put_ext", "mark_deleted")
+
     def __init__(self, account: MemoryAccount) -> None:
         self.account = account
 
@@ -60,12 +50,12 @@ class MemoryHeadStore:
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
         with self.account.lock:
             row = self.account.heads.get(topic)
-            return merged_head(self.account, row.head) if row is not None else None
+            return read_head(row.head) if row is not None else None
 
     def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:
         with self.account.lock:
             return {
-                t: merged_head(self.account, self.account.heads[t].head)
+                t: read_head(self.account.heads[t].head)
                 for t in dict.fromkeys(topics)
                 if t in self.account.heads
             }
@@ -77,7 +67,7 @@ class MemoryHeadStore:
                 for t, row in self.account.heads.items()
                 if not row.head.deleted and t.startswith(prefix) and (after is None or t > after)
             )
-            return [merged_head(self.account, self.account.heads[t].head) for t in names[:limit]]
+            return [read_head(self.account.heads[t].head) for t in names[:limit]]
 
     def count_live(self, internal: bool = True) -> int:
         with self.account.lock:
@@ -92,6 +82,61 @@ class MemoryHeadStore:
             return sum(
                 row.head.bytes for row in self.account.heads.values() if not row.head.deleted
             )
+
+    # --- the sequencer ------------------------------------------------------------------
+    def reserve(
+        self,
+        head: Head,
+        n: int,
+        nbytes: int,
+        ts: int,
+        *,
+        ext: str | None = None,
+        max_count: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Reservation:
+        """The counter step of storage/dynamo.py `reserve`: iff the head is live in its epoch
+        with the config (ext, caps) judged on; a re-send that finds our commit id on the head
+        (nobody reserved since) answers the seqs it took."""
+        acct = self.account
+        cid = acct.new_cid()
+
+        def attempt(send: Send) -> Reservation:
+            with acct.lock:
+                row = acct.heads.get(head.topic)
+                if row is not None and row.hc == cid:
+                    after = row.head
+                    return Reservation(
+                        after.head_seq - n + 1,
+                        after.head_seq,
+                        after.last_write_ts or ts,
+                        after.appended_bytes,
+                        read_head(after),
+                        retried=True,
+                    )
+                cur = row.head if row is not None else None
+                if (
+                    cur is None
+                    or not _live_epoch(cur, head.epoch)
+                    or cur.config != head.config
+                    or (ext is not None and cur.ext != ext)
+                    or (max_count is not None and cur.count > max_count)
+                    or (max_bytes is not None and cur.bytes > max_bytes)
+                ):
+                    raise AppendRejected(True, {}, read_head(cur) if cur is not None else None)
+                assert row is not None
+                row.head = cur.reserved(n, nbytes, ts)
+                row.hc = cid
+                return Reservation(
+                    cur.head_seq + 1,
+                    cur.head_seq + n,
+                    max(ts, cur.last_write_ts or 0),
+                    cur.appended_bytes + nbytes,
+                    read_head(row.head),
+                    retried=send.retried,
+                )
+
+        return acct.run("heads.reserve", attempt)
 
     # --- conditional writes -------------------------------------------------------------
     def _write(
@@ -146,6 +191,7 @@ class MemoryHeadStore:
         )
 
     def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
+        """The marker, iff nothing was reserved since `head` was read (storage/dynamo.py)."""
         marker = Head(
             topic=head.topic,
             epoch=head.epoch,
@@ -154,49 +200,17 @@ class MemoryHeadStore:
             prev_head_seq=head.head_seq,
         )
 
-        ck = head.checkpoint
-        acct = self.account
-        cid = acct.new_cid()
-
         def condition(cur: Head | None) -> bool:
-            """The marker's condition (the item still at the checkpoint read) and the
-            fence's (a free frame key after the last frame), in one transaction."""
             if not _live_epoch(cur, head.epoch):
                 return False
             cur = _some(cur)
-            if cur.head_seq != ck.seq:
+            if cur.head_seq != head.head_seq:
                 return False
-            if if_empty and cur.count != -(head.appended - ck.appended):
-                return False
-            if head.head_seq + 1 in acct.frames.get(head.log_key, {}):
+            if if_empty and cur.count != 0:
                 return False
             return if_ext is None or ext_holds(cur, if_ext)
 
-        def attempt(send: Send) -> bool:
-            with acct.lock:
-                row = acct.heads.get(head.topic)
-                fence = acct.frames.get(head.log_key, {}).get(head.head_seq + 1)
-                if not condition(row.head if row is not None else None):
-                    owners = [row.hc if row is not None else None]
-                    owners.append(fence.hc if fence is not None else None)
-                    return cid in owners  # our earlier attempt applied
-                acct.heads[head.topic] = HeadRow(stored_head(marker), cid)
-                acct.frames.setdefault(head.log_key, {})[head.head_seq + 1] = FrameRow(
-                    head.head_seq + 1,
-                    head.head_seq,
-                    head.last_write_ts or 0,
-                    0,
-                    b"",
-                    None,
-                    None,
-                    cid,
-                    appended=head.appended,
-                    appended_bytes=head.appended_bytes,
-                    fence=True,
-                )
-                return True
-
-        return acct.run("heads.mark_deleted", attempt)
+        return self._write("mark_deleted", head.topic, condition, lambda _: stored_head(marker))
 
     # --- unconditional-in-effect updates (no commit id: nothing re-sends them) ----------
     def touch_read(self, head: Head, ts: int) -> None:

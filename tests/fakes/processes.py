@@ -20,8 +20,9 @@ from tests.fakes import MemoryAccount, MemoryStores
 
 T0 = 1_700_000_000_000
 
-# Upkeep runs only when a test calls it (no in-process sweep, no background runs).
-SETTINGS = Settings(tiering=Tiering(inline=False, interval_ms=0))
+# Upkeep runs only when a test calls it (no in-process sweep, no background runs). A slot
+# reserved and not written is filled after 50 ms of (real) waiting, not a second.
+SETTINGS = Settings(tiering=Tiering(inline=False, interval_ms=0), hole_timeout_ms=50)
 
 
 class ManualClock:

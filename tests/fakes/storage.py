@@ -139,10 +139,9 @@ class FrameRow:
     deleted: set[int] = field(default_factory=set)
     deleted_count: int = 0
     deleted_bytes: int = 0
-    appended: int = 0  # records and bytes appended in the epoch through last_seq
-    appended_bytes: int = 0
-    fence: bool = False  # a topic delete's fence: no records
-    single: bool = False  # written alone (no head write with it)
+    appended_bytes: int = 0  # reserved bytes in the epoch through last_seq
+    hole: bool = False  # reserved seqs no append committed: no records
+    void_bytes: int = 0  # a hole's reserved bytes, when its writer left it
 
     def size_bytes(self, log_key: str) -> int:
         """Sized as the DynamoDB adapter lays the frame item out."""
@@ -160,7 +159,6 @@ class FrameRow:
                 "s3": self.spill_key,
                 "rb": self.blob,
                 "dx": frozenset(self.deleted) or None,
-                "ac": self.appended,
                 "ab": self.appended_bytes,
             }
         )

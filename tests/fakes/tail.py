@@ -1,11 +1,14 @@
-"""In-memory LogTailStore: frames, tag entries and idempotency keys of a MemoryAccount.
+"""In-memory LogTailStore: frames, holes, tag entries and idempotency keys of a
+MemoryAccount.
 
-An append is one all-or-nothing commit judged under the account's lock, with the conditions
-and answers of the DynamoDB adapter's transaction (storage/dynamo.py): the head as read (or
-absent, or the deleted marker replaced), a free frame key, unexpired idempotency keys
-refused with their original seqs, the caps, the guarded ext. A commit re-sent under its
-ClientRequestToken answers its first success; without the token, a failed condition on an
-item holding the commit's own id answers "applied earlier" (True)."""
+An append is one all-or-nothing commit at its reserved key, judged under the account's lock
+with the conditions and answers of the DynamoDB adapter (storage/dynamo.py): a free frame
+key (else the slot was lost to a hole), unexpired idempotency keys refused with their
+original seqs, the head absent or the deleted marker replaced (creating), the guarded ext
+with nothing reserved after it. A commit re-sent under its ClientRequestToken answers its
+first success; without the token, a failed condition on an item holding the commit's own id
+answers "applied earlier" (True). Reads walk the chain of frames as the adapter does (one
+partition: the fake keeps no partition keys) and stop before a key nothing stands at."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from headwater.engine.ports import (
     TagEntry,
 )
 from headwater.engine.records import Frame, StoredRecord, decode_records
-from tests.fakes.heads import merged_head, stored_head
+from tests.fakes.heads import read_head, stored_head
 from tests.fakes.storage import (
     MAX_ITEM_BYTES,
     MAX_TXN_ITEMS,
@@ -46,7 +49,7 @@ def tag_sort_key(tag: str, frame_seq: int) -> str:
 
 class MemoryLogTailStore(FaultHook):
     PREFIX = "tail"
-    WRITES = ("commit_append", "commit_delete", "commit_evict", "set_trimmed", "checkpoint")
+    WRITES = ("commit_append", "fill_hole", "commit_delete", "commit_evict", "set_trimmed")
 
     def __init__(self, account: MemoryAccount, blobs: BlobStore) -> None:
         self.account = account
@@ -76,7 +79,6 @@ class MemoryLogTailStore(FaultHook):
             c.spill_key,
             c.expires_s,
             cid,
-            appended=c.appended,
             appended_bytes=c.appended_bytes,
         )
         if frame.size_bytes(log_key) > MAX_ITEM_BYTES:
@@ -95,7 +97,7 @@ class MemoryLogTailStore(FaultHook):
                 current: Head | None = None
                 head_ok = self._head_holds(c, row)
                 if not head_ok and row is not None:
-                    current = merged_head(acct, row.head)
+                    current = read_head(row.head)
                     owners.append(row.hc)
                 old_frame = acct.frames.get(log_key, {}).get(c.first_seq)
                 if old_frame is not None:
@@ -109,14 +111,8 @@ class MemoryLogTailStore(FaultHook):
                 if not head_ok or old_frame is not None or hits:
                     if cid in owners:
                         return True  # an earlier attempt of this commit applied
-                    stepped = _stepped(c, old_frame) if head_ok and not hits else None
-                    if stepped is not None:
-                        raise AppendRejected(True, {}, stepped, stepped=True)
                     raise AppendRejected(
-                        not head_ok or old_frame is not None,
-                        hits,
-                        current,
-                        unconfirmed=send.retried and old_frame is None,
+                        not head_ok, hits, current, slot_lost=old_frame is not None
                     )
                 self._apply_append(c, cid, log_key, frame, row)
                 acct.remember_token(token, fingerprint)
@@ -125,9 +121,9 @@ class MemoryLogTailStore(FaultHook):
         return acct.run("tail.commit_append", attempt)
 
     def _put_frame(self, c: AppendCommit, cid: str, log_key: str, frame: FrameRow) -> bool:
-        """The one-write append (storage/dynamo.py _put_frame): a PutItem of the frame iff
-        its key is free; no ClientRequestToken, a failed condition on a frame holding our
-        commit id is our own earlier attempt."""
+        """The one-write append (storage/dynamo.py _put_frame): a put of the frame at its
+        reserved key iff the key is free; a failed condition on a frame holding our commit id
+        is our own earlier attempt, anything else there a hole: the slot is lost."""
         acct = self.account
 
         def attempt(send: Send) -> bool:
@@ -136,42 +132,46 @@ class MemoryLogTailStore(FaultHook):
                 if old is not None:
                     if old.hc == cid:
                         return True
-                    stepped = _stepped(c, old)
-                    if stepped is not None:
-                        raise AppendRejected(True, {}, stepped, stepped=True)
-                    row = acct.heads.get(c.topic)
-                    current = merged_head(acct, row.head) if row is not None else None
-                    raise AppendRejected(True, {}, current)
-                acct.frames.setdefault(log_key, {})[c.first_seq] = dataclasses.replace(
-                    frame, single=True
-                )
+                    raise AppendRejected(False, {}, None, slot_lost=True)
+                acct.frames.setdefault(log_key, {})[c.first_seq] = frame
                 return False
 
         return acct.run("tail.commit_append", attempt)
 
-    def checkpoint(self, head: Head) -> bool:
-        if head.stored is None:
-            return True
-        ck = head.stored
-
-        def moved(cur: Head) -> Head:
-            return dataclasses.replace(
-                cur,
-                head_seq=head.head_seq,
-                appended=head.appended,
-                appended_bytes=head.appended_bytes,
-                last_write_ts=head.last_write_ts,
-                count=cur.count + (head.appended - ck.appended),
-                bytes=cur.bytes + (head.appended_bytes - ck.appended_bytes),
-                unsealed_bytes=cur.unsealed_bytes + (head.appended_bytes - ck.appended_bytes),
-            )
-
-        return self._conditional(
-            "tail.checkpoint",
-            head.topic,
-            lambda cur: cur.epoch == head.epoch and cur.head_seq == ck.seq,
-            moved,
+    def fill_hole(
+        self,
+        head: Head,
+        first_seq: int,
+        last_seq: int | None = None,
+        void_bytes: int = 0,
+        expires_s: int | None = None,
+    ) -> Frame:
+        acct = self.account
+        cid = acct.new_cid()
+        hole = FrameRow(
+            first_seq,
+            first_seq if last_seq is None else last_seq,
+            0,
+            0,
+            None,
+            None,
+            expires_s,
+            cid,
+            hole=True,
+            void_bytes=void_bytes,
         )
+
+        def attempt(send: Send) -> Frame:
+            with acct.lock:
+                frames = acct.frames.setdefault(head.log_key, {})
+                old = frames.get(first_seq)
+                if old is None:
+                    frames[first_seq] = hole
+                    old = hole
+                row = dataclasses.replace(old, deleted=set(old.deleted))
+            return self._frame(row)
+
+        return acct.run("tail.fill_hole", attempt)
 
     @staticmethod
     def _head_holds(c: AppendCommit, row: HeadRow | None) -> bool:
@@ -181,20 +181,21 @@ class MemoryLogTailStore(FaultHook):
             return row is not None and row.head.deleted and row.head.epoch == c.expected.epoch
         h = c.expected
         assert h is not None
+        if c.ext_expected is None and not c.tag_pending:
+            return True  # no head item in the commit
         if row is None:
             return False
         cur = row.head
-        ck = h.checkpoint
+        if c.ext_expected is None:
+            return cur.epoch == h.epoch and not cur.deleted
+        # serialized: the head as the writer read it (seqs, ext), and the caps
         return (
             cur.epoch == h.epoch
-            and cur.head_seq == ck.seq
             and not cur.deleted
-            and (c.ext_expected is None or cur.ext == c.ext_expected)
-            and (c.max_count is None or cur.count <= c.max_count - (h.appended - ck.appended))
-            and (
-                c.max_bytes is None
-                or cur.bytes <= c.max_bytes - (h.appended_bytes - ck.appended_bytes)
-            )
+            and cur.ext == c.ext_expected
+            and cur.head_seq == h.head_seq
+            and (c.max_count is None or cur.count <= c.max_count)
+            and (c.max_bytes is None or cur.bytes <= c.max_bytes)
         )
 
     def _apply_append(
@@ -203,26 +204,17 @@ class MemoryLogTailStore(FaultHook):
         acct = self.account
         if c.new_head is not None:
             acct.heads[c.topic] = HeadRow(stored_head(c.new_head), cid)
-        else:
-            assert row is not None
+        elif row is not None and (c.ext_expected is not None or c.tag_pending):
             cur = row.head
             pending = dict(cur.tag_pending)
             if c.tag_pending:
                 pending[c.first_seq] = c.last_seq
-            # from the checkpoint (the stored item) to this commit: what was appended since
-            n = c.appended - cur.appended
-            b = c.appended_bytes - cur.appended_bytes
+            if c.ext_expected is not None:  # serialized: the head moves with the frame
+                cur = cur.reserved(c.last_seq - c.first_seq + 1, c.payload_bytes, c.ts)
             row.head = dataclasses.replace(
                 cur,
-                head_seq=c.last_seq,
-                count=cur.count + n,
-                bytes=cur.bytes + b,
-                last_write_ts=c.ts,
-                unsealed_bytes=cur.unsealed_bytes + b,
                 tag_pending=pending,
                 ext=c.ext_new if c.ext_expected is not None and c.ext_new else cur.ext,
-                appended=c.appended,
-                appended_bytes=c.appended_bytes,
             )
             row.hc = cid
         acct.frames.setdefault(log_key, {})[c.first_seq] = frame
@@ -234,6 +226,10 @@ class MemoryLogTailStore(FaultHook):
 
     # --- reads --------------------------------------------------------------------------
     def _frame(self, row: FrameRow, records: list[StoredRecord] | None = None) -> Frame:
+        if row.hole:
+            return Frame(
+                row.first_seq, row.last_seq, row.ts, [], hole=True, void_bytes=row.void_bytes
+            )
         if records is None:
             if row.spill_key is not None:
                 blob = self.blobs.get(row.spill_key)
@@ -252,15 +248,23 @@ class MemoryLogTailStore(FaultHook):
             payload_bytes=row.size,
         )
 
-    def _rows(self, log_key: str) -> list[FrameRow]:
-        """The log's frames by first seq (a snapshot: copies of the rows)."""
+    def _chain(self, log_key: str, after_seq: int, upto_seq: int) -> list[FrameRow]:
+        """The chain (storage/frame_chain.py): the frame holding after_seq + 1, then the one
+        keyed by its last seq + 1, ...; it stops before the first key nothing stands at, or
+        past upto_seq. Copies of the rows."""
+        out: list[FrameRow] = []
         with self.account.lock:
             frames = self.account.frames.get(log_key, {})
-            return [
-                dataclasses.replace(frames[k], deleted=set(frames[k].deleted))
-                for k in sorted(frames)
-                if not frames[k].fence  # a deleted incarnation's fence holds no records
-            ]
+            key = after_seq + 1
+            row = frames.get(key)
+            if row is None:
+                below = [k for k in frames if k <= after_seq]
+                if below and frames[max(below)].last_seq > after_seq:
+                    row = frames[max(below)]
+            while row is not None and row.first_seq <= upto_seq:
+                out.append(dataclasses.replace(row, deleted=set(row.deleted)))
+                row = frames.get(row.last_seq + 1)
+        return out
 
     def read_frames(
         self,
@@ -271,17 +275,13 @@ class MemoryLogTailStore(FaultHook):
         max_bytes: int = 0,
         known: KnownRecords | None = None,
     ) -> list[Frame]:
-        """The frames holding seqs in (after_seq, upto_seq], in order, until max_records
+        """The chain's frames holding seqs in (after_seq, upto_seq], until max_records
         records after after_seq or max_bytes payload bytes are reached (at least one)."""
         if upto_seq <= after_seq:
             return []
         chosen: list[FrameRow] = []
         got = nbytes = 0
-        for row in self._rows(head.log_key):
-            if row.last_seq <= after_seq:
-                continue
-            if row.first_seq > upto_seq:
-                break
+        for row in self._chain(head.log_key, after_seq, upto_seq):
             chosen.append(row)
             got += row.last_seq - max(row.first_seq, after_seq + 1) + 1
             nbytes += row.size
@@ -299,7 +299,7 @@ class MemoryLogTailStore(FaultHook):
             rows = [
                 dataclasses.replace(frames[s], deleted=set(frames[s].deleted))
                 for s in sorted(set(frame_seqs))
-                if s in frames and not frames[s].fence
+                if s in frames
             ]
         return {r.first_seq: self._frame(r) for r in rows}
 
@@ -330,16 +330,16 @@ class MemoryLogTailStore(FaultHook):
                 table[tag_sort_key(e.tag, e.frame_seq)] = tuple(e.seqs)
 
     def frame_summaries(
-        self, head: Head, after_seq: int, upto_seq: int, limit: int
+        self, head: Head, after_seq: int, upto_seq: int, limit: int, *, every: bool = False
     ) -> list[FrameSummary]:
-        """At most `limit` frames with last_seq > after_seq and first_seq <= upto_seq."""
-        chosen: list[FrameRow] = []
-        for r in self._rows(head.log_key):
-            if r.last_seq <= after_seq:
-                continue
-            if len(chosen) >= limit or r.first_seq > upto_seq:
-                break
-            chosen.append(r)
+        """At most `limit` of the chain's frames with last_seq > after_seq and first_seq <=
+        upto_seq (`every`: every frame item keyed in (after_seq, upto_seq])."""
+        if every:
+            with self.account.lock:
+                frames = self.account.frames.get(head.log_key, {})
+                rows = [frames[k] for k in sorted(frames) if after_seq < k <= upto_seq]
+        else:
+            rows = self._chain(head.log_key, after_seq, upto_seq)
         return [
             FrameSummary(
                 r.first_seq,
@@ -350,8 +350,10 @@ class MemoryLogTailStore(FaultHook):
                 r.deleted_bytes,
                 r.spill_key,
                 r.expires_s,
+                hole=r.hole,
+                void_bytes=r.void_bytes,
             )
-            for r in chosen
+            for r in rows[:limit]
         ]
 
     # --- deletes and tiering ------------------------------------------------------------
@@ -478,11 +480,3 @@ class MemoryLogTailStore(FaultHook):
                 return True
 
         return acct.run(op, attempt)
-
-
-def _stepped(c: AppendCommit, holder: FrameRow | None) -> Head | None:
-    """The head `c` expected, stepped past the frame holding its key when that frame was
-    written alone (storage/dynamo.py `_stepped`): a guess, more frames may stand beyond."""
-    if c.expected is None or holder is None or not holder.single or holder.fence:
-        return None
-    return c.expected.past(holder.last_seq, holder.appended, holder.appended_bytes, holder.ts)

@@ -51,7 +51,11 @@ class MemorySegmentStore:
                 assert row is not None
                 rows[seg.last_seq] = SegmentRow(seg, cid)
                 cur = row.head
-                row.head = _sealed(cur, seg.last_seq, c.sealed_bytes)
+                row.head = dataclasses.replace(
+                    _sealed(cur, seg.last_seq, c.sealed_bytes),
+                    count=cur.count - c.void_records,
+                    bytes=cur.bytes - c.void_bytes,
+                )
                 row.hc = cid
                 acct.remember_token(token, fingerprint)
                 return True

@@ -1,7 +1,8 @@
 """The log engine's commit path on the in-memory fakes (tests/fakes), with an injected clock:
-group commit, two processes racing on one topic, idempotent retries, append time across
-skewed clocks. Milliseconds per test: no sockets, no emulator; the fakes keep the adapters'
-contract (tests/adapters runs it on them too). Lost answers: test_engine_outcomes_on_fakes."""
+group commit, two processes appending to one topic through its counter, idempotent retries,
+append time across skewed clocks. Milliseconds per test: no sockets, no emulator; the fakes
+keep the adapters' contract (tests/adapters runs it on them too). Lost answers:
+test_engine_outcomes_on_fakes."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def seqs(history: list[StoredRecord]) -> list[int]:
 def commits(account: MemoryAccount) -> int:
     """Commit attempts the engine sent (conflicts and re-sends included)."""
     return account.calls["tail.commit_append"]
+
+
+def reservations(account: MemoryAccount) -> int:
+    """Counter steps the engine sent (refusals and re-sends included)."""
+    return account.calls["heads.reserve"]
 
 
 async def frames(p: Process, topic: str) -> int:
@@ -84,20 +90,24 @@ def test_a_batch_gets_contiguous_seqs_inside_a_group() -> None:
     asyncio.run(scenario())
 
 
-# --- conflicts: two processes, one topic ----------------------------------------------------
+# --- two processes, one topic: the counter, never a race ------------------------------------
 
 
-def test_a_process_on_a_stale_head_retries_and_loses_nothing() -> None:
+def test_a_process_on_a_stale_head_appends_without_a_race() -> None:
     async def scenario() -> None:
         async with processes(2, ManualClock()) as (a, b):
             # GIVEN both processes appended once (each caches the head it committed)
             await a.engine.append(TOPIC, req(rec(p="a", i=0)))
             await b.engine.append(TOPIC, req(rec(p="b", i=0)))
-            sent = commits(a.stores.account)
+            sent, stepped = commits(a.stores.account), reservations(a.stores.account)
             # WHEN process A appends again on its cached head, which B has moved past
             got = await a.engine.append(TOPIC, req(rec(p="a", i=1)))
-            # THEN its first commit lost the race, the retry committed after B's record
-            assert commits(a.stores.account) == sent + 2
+            # THEN one counter step gave it the seq after B's, and one write put the frame
+            # there: nothing lost a race, nothing was read first
+            assert (reservations(a.stores.account), commits(a.stores.account)) == (
+                stepped + 1,
+                sent + 1,
+            )
             assert (got.first_seq, got.deduped) == (3, False)
             history = await a.history(TOPIC)
             assert datas(history) == [{"p": "a", "i": 0}, {"p": "b", "i": 0}, {"p": "a", "i": 1}]
@@ -109,8 +119,7 @@ def test_two_processes_appending_at_once_lose_and_duplicate_nothing() -> None:
     async def scenario() -> None:
         async with processes(2, ManualClock()) as (a, b):
             await a.engine.put_topic(TOPIC, {})
-            # both start from the same head (as two processes that read it at once), so
-            # their first commits race for one frame key whatever the threads' timing
+            # both start from the same head (as two processes that read it at once)
             start = await a.engine.head_of(TOPIC)
             assert start is not None
             a.engine.core.head_cache[TOPIC] = b.engine.core.head_cache[TOPIC] = start
@@ -133,10 +142,12 @@ def test_two_processes_appending_at_once_lose_and_duplicate_nothing() -> None:
                 assert len(acked) == 40 and not any(r.deduped for r in acked)
                 sent = [{"p": name, "i": i, "k": k} for i in range(8) for k in range(5)]
                 assert [by_seq[r.first_seq] for r in acked] == sent
-            # AND each process's records kept their order, and the processes did race
+            # AND each process's records kept their order, and no commit was refused: one
+            # reservation and one write per frame
             order_a = [r.first_seq for r in acked_a]
             assert order_a == sorted(order_a)
-            assert commits(a.stores.account) > await frames(a, TOPIC)
+            n = await frames(a, TOPIC)
+            assert commits(a.stores.account) == reservations(a.stores.account) == n
 
     asyncio.run(scenario())
 

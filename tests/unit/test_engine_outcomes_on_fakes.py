@@ -1,20 +1,21 @@
 """What the engine answers when storage loses the answer to a write (errors.OutcomeUnknown,
-storage/ddb.py's re-sends, AppendRejected.unconfirmed), on the in-memory fakes' fault hook:
-storage applied the commit and the answer never came, or nothing reached storage, or the
-adapter re-sent it (with its token, or without, after other processes moved on). Afterwards
-the history holds the write exactly once, or not at all, as reported."""
+storage/ddb.py's re-sends), on the in-memory fakes' fault hook: storage applied the commit and
+the answer never came, or nothing reached storage, or the adapter re-sent it (with its token,
+or without, after other processes moved on). An append's seqs are reserved for it alone, so
+the engine learns what happened by putting a hole at them (a frame there is its own): only
+when storage will not answer that either is the outcome reported unknown. Afterwards the
+history holds the write exactly once, or not at all, as reported."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
 from headwater.errors import OutcomeUnknown, Throttled
 from headwater.settings import Caps, Settings, Tiering
 from tests.fakes import Fault
-from tests.fakes.processes import SETTINGS, ManualClock, datas, processes, rec, req
+from tests.fakes.processes import ManualClock, datas, processes, rec, req
 
 pytestmark = pytest.mark.unit
 
@@ -24,24 +25,21 @@ TOPIC = "orders"
 # --- indeterminate outcomes -----------------------------------------------------------------
 
 
-def test_a_commit_applied_whose_answer_is_lost_is_reported_unknown_then_deduped() -> None:
+def test_a_commit_applied_whose_answer_is_lost_is_learned_from_its_seqs() -> None:
     async def scenario() -> None:
         async with processes(1, ManualClock()) as (p,):
             await p.engine.append(TOPIC, req(rec(x=0)))
             # GIVEN storage applies the next commit and its answer never arrives
             p.stores.tail.fail_next("commit_append", Fault.LOSE_AFTER_APPLY)
             # WHEN a keyed append is sent
-            with pytest.raises(OutcomeUnknown) as err:
-                await p.engine.append(TOPIC, req(rec(x=1), key="k"))
+            got = await p.engine.append(TOPIC, req(rec(x=1), key="k"))
             assert not p.stores.account.faults.pending()
-            # THEN the engine says the outcome is unknown (503, retry), not success or failure
-            assert err.value.status == 503 and err.value.detail == {"outcome": "unknown"}
-            # AND the record is in the history exactly once (it did apply)
+            # THEN the hole the engine tried at its seqs found its frame: applied, at seq 2
+            assert (got.first_seq, got.deduped) == (2, False)
             assert datas(await p.history(TOPIC)) == [{"x": 0}, {"x": 1}]
-            # WHEN the client retries with its key THEN it learns it applied, at seq 2
+            # AND a retry with its key learns the same, and the next append follows
             retry = await p.engine.append(TOPIC, req(rec(x=1), key="k"))
             assert (retry.first_seq, retry.deduped) == (2, True)
-            # AND the next append continues right after it
             nxt = await p.engine.append(TOPIC, req(rec(x=2)))
             assert nxt.first_seq == 3
             assert datas(await p.history(TOPIC)) == [{"x": 0}, {"x": 1}, {"x": 2}]
@@ -49,20 +47,44 @@ def test_a_commit_applied_whose_answer_is_lost_is_reported_unknown_then_deduped(
     asyncio.run(scenario())
 
 
-def test_a_commit_that_never_reached_storage_is_reported_unknown_then_applied() -> None:
+def test_a_commit_that_never_reached_storage_is_learned_and_applied_once() -> None:
     async def scenario() -> None:
         async with processes(1, ManualClock()) as (p,):
             await p.engine.append(TOPIC, req(rec(x=0)))
             # GIVEN storage is unreachable for the next commit (nothing applies)
             p.stores.tail.fail_next("commit_append", Fault.FAIL_BEFORE_APPLY)
-            with pytest.raises(OutcomeUnknown):
-                await p.engine.append(TOPIC, req(rec(x=1), key="k"))
+            got = await p.engine.append(TOPIC, req(rec(x=1), key="k"))
             assert not p.stores.account.faults.pending()
-            # THEN nothing was written
-            assert datas(await p.history(TOPIC)) == [{"x": 0}]
-            # WHEN the client retries with its key THEN it is a new append, applied once
+            # THEN the engine's hole took seq 2 (its frame can never land there), and it
+            # reserved again: applied once, at seq 3
+            assert (got.first_seq, got.deduped) == (3, False)
+            assert datas(await p.history(TOPIC)) == [{"x": 0}, {"x": 1}]
+            head = await p.engine.head_of(TOPIC)
+            assert head is not None and (head.head_seq, head.count) == (3, 3)
+            # the hole counts until a seal or an eviction passes it (docs/storage.md)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "never-arrived"])
+def test_a_commit_storage_will_not_confirm_at_all_is_reported_unknown(applied: bool) -> None:
+    async def scenario() -> None:
+        async with processes(1, ManualClock()) as (p,):
+            await p.engine.append(TOPIC, req(rec(x=0)))
+            # GIVEN the next commit's answer is lost (applied or not) and the hole that would
+            # tell goes unanswered too
+            fault = Fault.LOSE_AFTER_APPLY if applied else Fault.FAIL_BEFORE_APPLY
+            p.stores.tail.fail_next("commit_append", fault)
+            p.stores.tail.fail_next("fill_hole", Fault.FAIL_BEFORE_APPLY)
+            # THEN the engine says the outcome is unknown (503, retry), not success or failure
+            with pytest.raises(OutcomeUnknown) as err:
+                await p.engine.append(TOPIC, req(rec(x=1), key="k"))
+            assert err.value.status == 503 and err.value.detail == {"outcome": "unknown"}
+            assert not p.stores.account.faults.pending()
+            # WHEN the client retries with its key THEN it learns which, and the history holds
+            # the record once (a reader filled the slot that never got its frame)
             retry = await p.engine.append(TOPIC, req(rec(x=1), key="k"))
-            assert (retry.first_seq, retry.deduped) == (2, False)
+            assert (retry.first_seq, retry.deduped) == ((2, True) if applied else (3, False))
             assert datas(await p.history(TOPIC)) == [{"x": 0}, {"x": 1}]
 
     asyncio.run(scenario())
@@ -89,9 +111,11 @@ def test_a_lost_answer_the_adapter_re_sends_is_one_success(fresh_token: bool) ->
     asyncio.run(scenario())
 
 
-def test_a_re_sent_commit_whose_frame_left_the_tail_is_reported_unknown() -> None:
-    """A topic of a lossy class (its frames are deleted as they are evicted, not left to a
-    TTL): a frame that left the tail takes the evidence of a lost answer with it."""
+@pytest.mark.parametrize("durability", ["memory", "disk"])
+def test_a_re_sent_commit_whose_frame_left_the_tail_is_one_success(durability: str) -> None:
+    """A lossy class deletes evicted frames; a sealed log leaves them to their TTL. Either
+    way the re-send finds its own frame, or lands on a key below the floor where no reader
+    looks: the append applied once, and is reported so."""
 
     async def scenario() -> None:
         clock = ManualClock()
@@ -99,7 +123,7 @@ def test_a_re_sent_commit_whose_frame_left_the_tail_is_reported_unknown() -> Non
             # GIVEN a topic keeping records 1000 ms, and a commit of process A that applies
             # but whose answer is lost; before the adapter's re-send (with a fresh token),
             # time passes and process B's upkeep evicts everything past the TTL, A's frame too
-            await a.engine.put_topic(TOPIC, {"ttl_ms": 1000, "durability": "memory"})
+            await a.engine.put_topic(TOPIC, {"ttl_ms": 1000, "durability": durability})
             await a.engine.append(TOPIC, req(rec(x=0)))
 
             def meanwhile() -> None:
@@ -109,39 +133,7 @@ def test_a_re_sent_commit_whose_frame_left_the_tail_is_reported_unknown() -> Non
             a.stores.tail.fail_next(
                 "commit_append", Fault.RESEND_AFTER_APPLY, fresh_token=True, between=meanwhile
             )
-            # WHEN A appends (no idempotency key: nothing else can show the commit was ours)
-            # THEN it cannot tell whether its commit applied, and says so rather than
-            # writing again or reporting a conflict
-            with pytest.raises(OutcomeUnknown):
-                await a.engine.append(TOPIC, req(rec(x=1)))
-            # AND it was not written twice: seq 2 is the only one it took, now evicted
-            head = await a.engine.head_of(TOPIC)
-            assert head is not None
-            assert (head.head_seq, head.count, head.evict_floor) == (2, 0, 3)
-            assert await a.history(TOPIC) == []
-
-    asyncio.run(scenario())
-
-
-@pytest.mark.parametrize("single", [True, False], ids=["single-writes", "transactions"])
-def test_a_re_sent_commit_on_a_sealed_log_finds_its_frame_after_eviction(single: bool) -> None:
-    """Sealed logs: evicted frames are left to their TTL (nothing deletes a key a writer may
-    still put at), so the re-send finds its own frame: applied once, and reported so."""
-    settings = dataclasses.replace(SETTINGS, single_write_appends=single)
-
-    async def scenario() -> None:
-        clock = ManualClock()
-        async with processes(2, clock, settings=settings) as (a, b):
-            await a.engine.put_topic(TOPIC, {"ttl_ms": 1000})
-            await a.engine.append(TOPIC, req(rec(x=0)))
-
-            def meanwhile() -> None:
-                clock.advance(2000)
-                b.upkeep.run(TOPIC)
-
-            a.stores.tail.fail_next(
-                "commit_append", Fault.RESEND_AFTER_APPLY, fresh_token=True, between=meanwhile
-            )
+            # WHEN A appends (no idempotency key) THEN it applied once, at seq 2
             got = await a.engine.append(TOPIC, req(rec(x=1)))
             assert (got.first_seq, got.last_seq, got.deduped) == (2, 2, False)
             head = await a.engine.head_of(TOPIC)
@@ -180,13 +172,9 @@ def test_a_re_sent_keyed_commit_is_recognised_by_its_key_after_its_frame_left() 
 
 
 @pytest.mark.parametrize("durability", ["memory", "disk"])
-def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_reported_unknown(
+def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_one_success(
     durability: str,
 ) -> None:
-    """A lossy class deletes the collected frame, and the evidence with it: unknown. A
-    sealed log leaves it to its TTL: the re-send finds it, one success."""
-    single = durability == "disk"
-
     async def scenario() -> None:
         async with processes(3, ManualClock()) as (a, b, c):
             await a.engine.put_topic(TOPIC, {"durability": durability})
@@ -202,15 +190,10 @@ def test_a_re_sent_commit_whose_frame_was_deleted_and_collected_is_reported_unkn
             a.stores.tail.fail_next(
                 "commit_append", Fault.RESEND_AFTER_APPLY, fresh_token=True, between=meanwhile
             )
-            # WHEN A appends (no key) THEN it cannot tell whether it applied, and says so
-            # (or, its frame still standing, knows it did)
-            if single:
-                got = await a.engine.append(TOPIC, req(rec(x=1)))
-                assert (got.first_seq, got.deduped) == (2, False)
-            else:
-                with pytest.raises(OutcomeUnknown):
-                    await a.engine.append(TOPIC, req(rec(x=1)))
-            # AND it wrote its record once: seq 2 (since deleted), not again at seq 3
+            # WHEN A appends (no key) THEN it applied once: seq 2 (since deleted)
+            got = await a.engine.append(TOPIC, req(rec(x=1)))
+            assert (got.first_seq, got.deduped) == (2, False)
+            # AND it wrote its record once: not again at seq 3
             head = await a.engine.head_of(TOPIC)
             assert head is not None and head.head_seq == 2
             assert await a.history(TOPIC) == []

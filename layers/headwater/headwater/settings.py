@@ -31,9 +31,10 @@ ENV_BUCKET = "HEADWATER_BUCKET"
 ENV_REGION = "AWS_REGION"
 ENV_POLL_MS = "HEADWATER_POLL_INTERVAL_MS"
 ENV_GROUP_MAX_RECORDS = "HEADWATER_GROUP_COMMIT_MAX_RECORDS"
-# 0: every append is a transaction of head + frame (the design before one-write appends;
-# kept for comparison in bench/ and as an escape hatch)
-ENV_SINGLE_WRITE = "HEADWATER_SINGLE_WRITE_APPENDS"
+# The sequencer (docs/storage.md): how many partition keys a new topic incarnation spreads
+# its frames over, and how long a reader waits for a reserved slot before filling it.
+ENV_LOG_PARTITIONS = "HEADWATER_LOG_PARTITIONS"
+ENV_HOLE_TIMEOUT_MS = "HEADWATER_HOLE_TIMEOUT_MS"
 ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
 ENV_GROUP_SPILL_BYTES = "HEADWATER_GROUP_SPILL_THRESHOLD_BYTES"
@@ -396,7 +397,14 @@ class Settings:
     region: str = "us-east-1"
     poll_interval_ms: int = 200
     group_commit_max_records: int = 10_000
-    single_write_appends: bool = True
+    # Frames of a new topic incarnation spread over this many partition keys, so one topic's
+    # frame bytes never bind before its counter does (1,000 writes/s on one key; a 1 KB
+    # record's frame is 2 WRU): docs/storage.md "The sequencer".
+    log_partitions: int = 4
+    # A slot reserved and not written this long after a reader first waited on it is filled
+    # as a hole (its writer died, or its reservation was applied twice): the longest a
+    # reader ever waits on one.
+    hole_timeout_ms: int = 1_000
     frame_cache_bytes: int = 128 << 20
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     # A frame that folds several concurrent requests (group commit) spills above this
@@ -473,7 +481,8 @@ class Settings:
             region=e.get(ENV_REGION, e.get("AWS_DEFAULT_REGION", "us-east-1")) or "us-east-1",
             poll_interval_ms=_int(e, ENV_POLL_MS, 200, 10),
             group_commit_max_records=_int(e, ENV_GROUP_MAX_RECORDS, 10_000, 1),
-            single_write_appends=_bool(e, ENV_SINGLE_WRITE, True),
+            log_partitions=min(64, _int(e, ENV_LOG_PARTITIONS, 4, 1)),
+            hole_timeout_ms=_int(e, ENV_HOLE_TIMEOUT_MS, 1_000, 50),
             frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 128 << 20, 0),
             spill_threshold_bytes=_spill(e, ENV_SPILL_BYTES, DEFAULT_SPILL_BYTES),
             group_spill_threshold_bytes=_spill(e, ENV_GROUP_SPILL_BYTES, 0),

@@ -436,14 +436,20 @@ class DurableStreams:
                 )
             if conf is not None and state.conf != conf:
                 raise ConfMoved(state.conf)
-            new = replace(state, access_ms=max(now, state.access_ms), closed=close or state.closed)
+            # An append leaves the state as it is (its time is the head's last_write_ts):
+            # only a close, a Stream-Seq or a producer's seq changes it, and only a change is
+            # a write of the head with the entries (docs/durable-streams.md).
+            new = state
+            if close and not state.closed:
+                new = replace(new, access_ms=max(now, state.access_ms), closed=True)
             if stream_seq is not None:
                 new = replace(new, stream_seq=stream_seq)
             echo = None
             if producer is not None:
                 new = new.with_producer(producer.id, producer.epoch, producer.seq)
                 echo = (producer.epoch, producer.seq)
-            return Admit(new.dump(), note=Written(head.epoch, tail, new, producer=echo))
+            text = ext if new == state else new.dump()
+            return Admit(text, note=Written(head.epoch, tail, new, producer=echo))
 
         return guard
 

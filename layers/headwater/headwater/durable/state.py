@@ -65,7 +65,9 @@ class StreamState:
     ttl_ms: int = 0  # sliding idle window (0: none)
     expires_ms: int = 0  # absolute expiry (0: none)
     expires_text: str = ""  # Stream-Expires-At as the client gave it
-    access_ms: int = 0  # last append or close (reads are in the head's last_read_ts)
+    # last close (and, in streams written before 2026-12, last append): appends are in the
+    # head's last_write_ts, reads in its last_read_ts, so an append leaves the ext as it is
+    access_ms: int = 0
     closed: bool = False
     stream_seq: str | None = None  # last accepted Stream-Seq
     producers: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (epoch, seq)
@@ -141,7 +143,7 @@ class StreamState:
         return replace(self, producers=producers)
 
     def last_access(self, head: Head) -> int:
-        return max(self.created_ms, self.access_ms, head.last_read_ts or 0)
+        return max(self.created_ms, self.access_ms, head.last_read_ts or 0, head.last_write_ts or 0)
 
     @property
     def conf(self) -> tuple[str, str]:

@@ -1,9 +1,11 @@
 """Appends with group commit: concurrent appends to one topic in this process queue behind
-one writer task, which commits them in groups (one frame per group) with conditional writes
-on the topic's head. Guards (a protocol layer's producer fencing, a stream's closed flag),
-idempotency keys and discard:"reject" caps are judged per request inside the group; an
-attempt that loses a race to another process is retried from the head the failed condition
-returned."""
+one writer task, which commits them in groups (one frame per group). Seqs come from the
+topic's counter (HeadStore.reserve: one atomic step on the head item, which never conflicts
+with other writers), and the frame goes at its reserved key (docs/storage.md "The
+sequencer"). Guards (a protocol layer's producer fencing, a stream's closed flag),
+idempotency keys and discard:"reject" caps are judged per request inside the group, on the
+head this process knows; the reservation is conditional on what they were judged on, so a
+stale head costs a re-judgement, never a wrong verdict."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from headwater.engine.ports import (
     AppendRejected,
     Head,
     IdemEntry,
+    IdemHit,
+    Reservation,
     TagEntry,
 )
 from headwater.engine.quotas import TOPICS, TOTAL_BYTES
@@ -35,7 +39,7 @@ from headwater.engine.records import (
     encode_records,
     stored,
 )
-from headwater.engine.retention import class_window_ms, is_tiered
+from headwater.engine.retention import frame_expiry_s
 from headwater.engine.topics import Topics
 from headwater.engine.upkeep import UpkeepTrigger
 from headwater.engine.values import AppendRequest, AppendResult, Settle
@@ -65,7 +69,6 @@ CONTENTION_RACES_PER_S = 1.0  # and at least this many per second of the append 
 # appends, by 5 s (template.yaml; a tests/infra check), so a Lambda answers a refusal
 # instead of timing out on an unknown outcome.
 APPEND_LIMIT_S = 25.0
-TTL_BACKSTOP_S = 7 * 86_400  # DynamoDB TTL of lossy-class frames, past their retention
 
 
 def _gives_up(conflicts: int, elapsed: float) -> bool:
@@ -97,10 +100,15 @@ class GuardState:
     notes: dict[int, Any]
 
 
+class _NotApplied(Exception):
+    """A write whose answer never came is known not to have applied (Appender._learn)."""
+
+
 class Retry(NamedTuple):
-    """An attempt that did not settle every request: the head to retry on, whether it lost
-    a race, and whether that head was read (else a guess stepped past the winner's frame,
-    on which a verdict that writes nothing is judged again on a read)."""
+    """An attempt that did not settle every request: the head to retry on, whether it was
+    refused (a head that moved, or a slot lost to a reader's fill), and whether that head
+    was read from storage (else this process's own, on which a verdict that writes nothing
+    is judged again on a read)."""
 
     head: Head | None
     conflicted: bool
@@ -183,16 +191,10 @@ class Appender:
             outcome = self.try_commit(topic, head, reqs, live, results, verified)
             if outcome is None:
                 break
-            # retries start from the head the failed condition saw (a read, or a step past
-            # the frame that beat us)
+            # retries start from the head the refusal returned (or a read)
             head, conflicted, verified = outcome
             if conflicted:
                 conflicts += 1
-                if not verified and conflicts > 1:
-                    # Lost again after a step: more than one frame was missed (several
-                    # writers). A step moves one frame per billed write; a read skips to
-                    # the tail (docs/scale-model.md, slot-hop).
-                    head, verified = self.core.heads.get(topic), True
                 log.debug(
                     "append to %s lost race %d at %.2fs (%d requests, keyed %s)",
                     topic,
@@ -241,6 +243,10 @@ class Appender:
         else:
             assert head is not None
             base = head
+            self._known_keys(base, reqs, live, results)
+            live = [i for i in live if results[i] is None]
+            if not live:
+                return None
         cfg = base.cfg
 
         # discard:"reject" caps: admit requests in order while they fit, reject the rest.
@@ -331,6 +337,30 @@ class Appender:
                 self.core.quota_release(TOPICS, reserved[0])
                 self.core.quota_release(TOTAL_BYTES, reserved[1])
 
+    def _known_keys(
+        self,
+        head: Head,
+        reqs: list[AppendRequest],
+        live: list[int],
+        results: list[AppendResult | HeadwaterError | None],
+    ) -> None:
+        """Settle the requests whose idempotency key already holds seqs (a client's retry)
+        before any seq is reserved: a retry then costs one read, not a reservation filled as
+        a hole. A key taken between this read and the commit still refuses the commit."""
+        if head.cfg.idempotency_window_ms <= 0:
+            return
+        now = self.core.clock()
+        seen: dict[str, IdemHit | None] = {}
+        for i in live:
+            key = reqs[i].idempotency_key
+            if key is None:
+                continue
+            if key not in seen:
+                seen[key] = self.core.tail.get_idempotency(head, key, now)
+            hit = seen[key]
+            if hit is not None:
+                results[i] = AppendResult(hit.first_seq, hit.last_seq, head.head_seq, False, True)
+
     def _reserve_append(self, creating: bool, payload: int) -> tuple[int, int] | Throttled:
         if self.core.quotas is None:
             return 0, 0
@@ -362,7 +392,8 @@ class Appender:
     ) -> tuple[Retry | None, bool]:
         """Write the admitted requests as one frame: (the Retry, or None when settled;
         whether the frame committed)."""
-        # Append time never goes back on a topic (several processes, skewed clocks); an
+        # Append time never goes back on a topic in one process; across processes the
+        # reservation returns the last writer's time and the frame takes the later one. An
         # append-time hint may pick an earlier time than now, but not one before the last.
         hints = [h for i in admitted if (h := reqs[i].ts_hint) is not None]
         now = max(hints) if len(hints) == len(admitted) else self.core.clock()
@@ -370,150 +401,165 @@ class Appender:
         cfg = base.cfg
         epoch = base.epoch
         window = cfg.idempotency_window_ms
-        cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
-        reject = cfg.rejects_over_cap
-        first = base.head_seq + 1
-        seq = first
         records: list[NewRecord] = []
-        spans: dict[int, tuple[int, int]] = {}
         for i in admitted:
-            n = len(reqs[i].records)
-            spans[i] = (seq, seq + n - 1)
             records.extend(reqs[i].records)
-            seq += n
-        last = seq - 1
+        n = len(records)
         payload = sum(r.size for r in records)
         blob = encode_records(records)
         spill_key: str | None = None
+        # Spilled before the seqs are reserved: a reservation's key stays open only for the
+        # one write that fills it, not an S3 PUT too.
         if len(blob) > self._spill_threshold(len(admitted)):
-            spill_key = (
-                f"{SPILL_PREFIX}{object_key_component(topic)}/{epoch}/{last}-{uuid.uuid4().hex}"
-            )
+            spill_key = f"{SPILL_PREFIX}{object_key_component(topic)}/{epoch}/{uuid.uuid4().hex}"
             self.core.blobs.put(spill_key, blob)
         else:
             blob = compress_frame(blob)
-
+        # A guarded append that changes the ext is serialized: its head moves with its frame
+        # in one transaction, on the head as read (AppendCommit.ext_expected); every other
+        # append takes its seqs from the counter first.
+        serial = guard is not None and not creating and guard.ext != base.ext
+        reject = cfg.rejects_over_cap
+        cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
+        max_count = cap_n - n if reject and cap_n > 0 and not creating else None
+        max_bytes = cap_b - payload if reject and cap_b > 0 and not creating else None
+        rsv: Reservation | None = None
+        if creating or serial:
+            first, ts = base.head_seq + 1, now
+        else:
+            try:
+                rsv = self.core.heads.reserve(
+                    base,
+                    n,
+                    payload,
+                    now,
+                    ext=base.ext if guard is not None else None,
+                    max_count=max_count,
+                    max_bytes=max_bytes,
+                )
+            except AppendRejected as rej:
+                # The head is not what the guards, caps or config were judged on: judge again
+                # on the head the refusal returned (no seqs were taken).
+                if spill_key:
+                    self.core.blobs.delete_many([spill_key])
+                self.core.head_cache.pop(topic, None)
+                cur = rej.current_head or self.core.heads.get(topic)
+                return Retry(cur, True), False
+            first, ts = rsv.first_seq, rsv.ts
+        last = first + n - 1
+        spans: dict[int, tuple[int, int]] = {}
+        seq = first
+        for i in admitted:
+            k = len(reqs[i].records)
+            spans[i] = (seq, seq + k - 1)
+            seq += k
         tags: dict[str, list[int]] = {}
         for offset, rec in enumerate(records):
             if rec.tag is not None:
                 tags.setdefault(rec.tag, []).append(first + offset)
         entries = [TagEntry(t, first, tuple(s)) for t, s in tags.items()]
         idem = [
-            IdemEntry(reqs[i].idempotency_key, *spans[i], now + window)  # type: ignore[arg-type]
+            IdemEntry(reqs[i].idempotency_key, *spans[i], ts + window)  # type: ignore[arg-type]
             for i in admitted
             if reqs[i].idempotency_key is not None and window > 0
         ]
         inline_tags = len(entries) + len(idem) + 2 <= MAX_TXN_ITEMS
         if len(idem) + 2 > MAX_TXN_ITEMS:
+            if rsv is not None:
+                self._abandon(base, rsv, payload)
             raise InvalidRequest("too many idempotent writes in one group")
 
-        appended = base.appended + (last - first + 1)
-        appended_bytes = base.appended_bytes + payload
         new_head: Head | None = None
         if creating:
             new_head = dataclasses.replace(
                 base,
                 head_seq=last,
                 earliest_seq=base.earliest_seq,
-                count=last - first + 1,
+                count=n,
                 bytes=payload,
                 last_write_ts=now,
                 tag_pending={} if inline_tags or not entries else {first: last},
                 unsealed_bytes=payload,
                 ext=guard.ext if guard is not None else base.ext,
-                appended=appended,
-                appended_bytes=appended_bytes,
-                stored=None,
+                appended=base.appended + n,
+                appended_bytes=base.appended_bytes + payload,
             )
-        expires_s = self._frame_expiry_s(cfg, now)
-        # One write (the frame alone) when nothing but a free frame key is conditional:
-        # docs/storage.md "One write per append" says which appends keep the transaction.
-        # Only on sealed logs: their frames carry the tail TTL, which reclaims them once
-        # sealed instead of a delete per frame.
-        single = (
-            self.core.settings.single_write_appends
-            and not creating
-            and guard is None
-            and not idem
-            and not entries
-            and not reject
-            and not base.ext
-            and is_tiered(base)
-        )
-        if expires_s is None and is_tiered(base):
-            # every frame of a sealed log is reclaimed by its TTL, never deleted: a frame key,
-            # once written, stays taken far longer than any writer's view of the tail lasts
-            expires_s = (now + self.core.settings.tiering.tail_ttl_ms) // 1000
-        max_count = max_bytes = None
-        if reject and not creating:
-            added_n = last - first + 1
-            max_count = cap_n - added_n if cap_n > 0 else None
-            max_bytes = cap_b - payload if cap_b > 0 else None
+        appended_bytes = rsv.appended_bytes if rsv is not None else base.appended_bytes + payload
+        tag_pending = bool(entries) and not inline_tags and not creating
         commit = AppendCommit(
             topic=topic,
             expected=head,
             new_head=new_head,
             first_seq=first,
             last_seq=last,
-            ts=now,
+            ts=ts,
             blob=None if spill_key else blob,
             spill_key=spill_key,
             payload_bytes=payload,
             tag_entries=entries if inline_tags else [],
-            tag_pending=bool(entries) and not inline_tags and not creating,
+            tag_pending=tag_pending,
             idem=idem,
-            max_count=max_count,
-            max_bytes=max_bytes,
-            expires_s=expires_s,
-            ext_expected=base.ext if guard is not None and not creating else None,
-            ext_new=guard.ext if guard is not None and not creating else None,
-            single=single,
-            appended=appended,
+            expires_s=frame_expiry_s(cfg, self.core.settings.tiering, ts),
+            ext_expected=base.ext if serial else None,
+            ext_new=guard.ext if serial and guard is not None else None,
+            max_count=max_count if serial else None,
+            max_bytes=max_bytes if serial else None,
+            # nothing but the frame to write: one conditional put at the reserved key
+            single=rsv is not None
+            and not idem
+            and not (entries and inline_tags)
+            and not tag_pending,
             appended_bytes=appended_bytes,
         )
         try:
-            repeated = self.core.tail.commit_append(commit)
-        except AppendRejected as rej:
-            cur = rej.current_head
-            if rej.unconfirmed and cur is not None and cur.epoch == epoch and cur.head_seq >= first:
-                # Re-sent, and our frame's key is free although the head has passed it: a frame
-                # stood there (ours, or another writer's if ours never applied) and has since
-                # been trimmed, evicted or collected after a delete. Neither writing again (a
-                # duplicate) nor refusing (maybe a lie).
-                raise OutcomeUnknown(
-                    "storage did not confirm the append and its seqs have since left the "
-                    "tail; it may or may not have applied (retry with an idempotency key)"
-                ) from rej
+            try:
+                repeated = self.core.tail.commit_append(commit)
+            except OutcomeUnknown:
+                if rsv is None or not self._learn(base, rsv, payload):
+                    raise
+                repeated = True  # our frame stands at our seqs: it applied
+        except _NotApplied:
+            # Storage never confirmed the write, and our hole at its seqs now stands where it
+            # would have gone: it did not apply, and never will. Reserve again.
             if spill_key:
                 self.core.blobs.delete_many([spill_key])
+            self.core.head_cache.pop(topic, None)
+            assert rsv is not None
+            return Retry(rsv.head, True), False
+        except AppendRejected as rej:
+            if spill_key:
+                self.core.blobs.delete_many([spill_key])
+            self.core.head_cache.pop(topic, None)
+            if rsv is None:
+                # Created (or recreated) by somebody else first, or (serialized) the head moved.
+                return Retry(rej.current_head or self.core.heads.get(topic), True), False
+            if rej.slot_lost:
+                # A reader filled our slot as a hole before the frame got there: those seqs
+                # are gone; reserve again.
+                return Retry(rsv.head, True), False
+            # Refused as a whole (an idempotency key already taken, or the ext moved): the
+            # seqs are ours alone, so we fill them ourselves and readers do not wait on them.
+            self._abandon(base, rsv, payload)
             for i in admitted:
                 key = reqs[i].idempotency_key
                 if key is not None and key in rej.idem_hits:
-                    hit = rej.idem_hits[key] or self.core.tail.get_idempotency(base, key, now)
+                    hit = rej.idem_hits[key] or self.core.tail.get_idempotency(base, key, ts)
                     if hit is not None:
                         results[i] = AppendResult(
-                            hit.first_seq, hit.last_seq, base.head_seq, False, True
+                            hit.first_seq, hit.last_seq, rsv.head.head_seq, False, True
                         )
-            self.core.head_cache.pop(topic, None)
             if rej.head_conflict or not rej.idem_hits:
-                if rej.current_head is None:
-                    return Retry(self.core.heads.get(topic), True), False
-                return Retry(rej.current_head, True, not rej.stepped), False
-            return Retry(head, False), False
+                return Retry(rej.current_head or self.core.heads.get(topic), True), False
+            return Retry(rsv.head, False), False
         # Committed.
-        committed = new_head or dataclasses.replace(
-            base,
-            head_seq=last,
-            count=base.count + (last - first + 1),
-            bytes=base.bytes + payload,
-            last_write_ts=now,
-            unsealed_bytes=base.unsealed_bytes + payload,
-            ext=guard.ext if guard is not None else base.ext,
-            appended=appended,
-            appended_bytes=appended_bytes,
-            # a single write leaves the stored item where it was; a transaction moved it here
-            stored=base.checkpoint if single else None,
-        )
+        if new_head is not None:
+            committed = new_head
+        elif rsv is not None:
+            committed = rsv.head
+        else:
+            committed = base.reserved(n, payload, ts)
+        if guard is not None and not creating:
+            committed = dataclasses.replace(committed, ext=guard.ext)
         if repeated:
             # A lost response, retried: our commit applied, but others may have appended
             # since, so the head after it is not known here.
@@ -524,15 +570,15 @@ class Appender:
         frame = Frame(
             first_seq=first,
             last_seq=last,
-            ts=now,
-            records=[stored(r, first + k, now) for k, r in enumerate(records)],
+            ts=ts,
+            records=[stored(r, first + k, ts) for k, r in enumerate(records)],
             payload_bytes=payload,
         )
         self.core.cache.put(committed.log_key, frame, committed.del_ver)
         notes = guard.notes if guard is not None else {}
         for i in admitted:
             results[i] = AppendResult(
-                *spans[i], last, creating and i == creator, False, notes.get(i), now
+                *spans[i], last, creating and i == creator, False, notes.get(i), ts
             )
         self._settle_duplicates(reqs, live, results, seen_keys, committed)
         if entries and not inline_tags:
@@ -545,6 +591,45 @@ class Appender:
                 log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
         return None, True
 
+    def _abandon(self, head: Head, rsv: Reservation, payload: int) -> None:
+        """Fill our own reserved seqs as a hole (we know their span and bytes), so no reader
+        waits for them. Best effort: a reader fills what we could not, after the timeout."""
+        try:
+            self._fill_own(head, rsv, payload)
+        except HeadwaterError:
+            log.warning(
+                "could not fill abandoned seqs %d-%d of %s",
+                rsv.first_seq,
+                rsv.last_seq,
+                head.topic,
+                exc_info=True,
+            )
+
+    def _learn(self, head: Head, rsv: Reservation, payload: int) -> bool:
+        """Whether a commit storage never confirmed applied, learned by putting a hole at its
+        reserved seqs (CORFU's fill): nobody but its writer puts a frame there, so a frame
+        standing there is ours (True), and a hole (this one, or a reader's) means it did not
+        and never will (_NotApplied). False: storage would not answer that either."""
+        try:
+            got = self._fill_own(head, rsv, payload)
+        except HeadwaterError:
+            return False
+        if got.hole:
+            raise _NotApplied
+        return True
+
+    def _fill_own(self, head: Head, rsv: Reservation, payload: int) -> Frame:
+        """A hole over our reserved seqs, iff nothing stands at their key: the frame standing
+        there afterwards. When a reader has put a hole at the first seq already (we were
+        past the timeout), the rest are ours to fill too."""
+        expires = frame_expiry_s(head.cfg, self.core.settings.tiering, rsv.ts)
+        got = self.core.tail.fill_hole(head, rsv.first_seq, rsv.last_seq, payload, expires)
+        nxt = got.last_seq + 1
+        while got.hole and nxt <= rsv.last_seq:
+            more = self.core.tail.fill_hole(head, nxt, rsv.last_seq, 0, expires)
+            nxt = more.last_seq + 1
+        return got
+
     def _spill_threshold(self, requests: int) -> int:
         """Frames above this go to S3. A frame of several requests (concurrent writers) may
         spill sooner: past ~8 KB one S3 PUT costs less than the frame's write units."""
@@ -553,13 +638,6 @@ class Appender:
         if requests > 1 and group:
             return min(group, settings.spill_threshold_bytes)
         return settings.spill_threshold_bytes
-
-    def _frame_expiry_s(self, cfg: topic_config.TopicConfig, now: int) -> int | None:
-        """Frames of the lossy classes carry a DynamoDB TTL well past their retention: the
-        sweep reclaims them first (keeping the counters exact); DynamoDB's TTL is the
-        backstop for a deployment whose sweep never runs."""
-        window = class_window_ms(cfg, self.core.settings.tiering)
-        return (now + window) // 1000 + TTL_BACKSTOP_S if window else None
 
     @staticmethod
     def _settle_duplicates(

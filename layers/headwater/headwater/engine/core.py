@@ -20,6 +20,7 @@ from headwater.engine.notifier import Notifier
 from headwater.engine.ports import BlobStore, Head, HeadStore, LogTailStore, SegmentStore
 from headwater.engine.quotas import Quotas
 from headwater.engine.sealed import SealedReader
+from headwater.engine.slots import SlotResolver
 from headwater.settings import Settings
 
 if TYPE_CHECKING:
@@ -40,11 +41,9 @@ HEAD_CACHE_MAX_AGE_S = 10.0
 
 class HeadCache:
     """The head this process last committed or saw per topic, for this long at most: an
-    append starts from it without a read. A single write (docs/storage.md "One write per
-    append") is conditional on its frame key alone, so it must start from a tail that is
-    recent compared with how long a written frame key stays taken: the frames of sealed
-    logs are reclaimed by their TTL (HEADWATER_TAIL_TTL_MS, at least an hour), never
-    deleted sooner. Ages count on both clocks (a frozen Lambda environment may stop the
+    append judges its guards and caps on it without a read (its reservation is conditional
+    on what they were judged on, so a stale head costs a refusal and a re-judgement, never a
+    wrong verdict). Ages count on both clocks (a frozen Lambda environment may stop the
     monotonic one)."""
 
     def __init__(self, max_age_s: float) -> None:
@@ -89,6 +88,8 @@ class LogCore:
         self.quotas = quotas
         self.cache = FrameCache(settings.frame_cache_bytes)
         self.sealed = SealedReader(segments, blobs, self.cache) if segments else None
+        # Reserved slots a read stops at: waited for, and filled once overdue.
+        self.slots = SlotResolver(heads, tail, self.cache, settings, clock)
         self.notifier = Notifier()
         self.known = KnownHeads()
         self.hub = HeadHub(

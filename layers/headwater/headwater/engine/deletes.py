@@ -71,6 +71,7 @@ class RecordDeletes:
                 nbytes,
                 new_es,
                 expected_sealed=head.sealed_through,
+                partitions=head.partitions,
             )
         )
 
@@ -149,6 +150,7 @@ class RecordDeletes:
                     None,
                     expected_sealed=cur.sealed_through,
                     segments=[d for sealed, d in chunk if sealed],
+                    partitions=cur.partitions,
                 )
             )
             if not ok:

@@ -113,6 +113,8 @@ class Frame:
     deleted_count: int = 0
     deleted_bytes: int = 0
     payload_bytes: int = 0
+    hole: bool = False  # seqs reserved that no append committed: no records
+    void_bytes: int = 0  # a hole's reserved payload bytes, when its writer left it
 
 
 def encoded_size(data_raw: bytes, meta_raw: bytes | None, tag: str | None, node: str | None) -> int:

@@ -30,6 +30,23 @@ def class_window_ms(cfg: TopicConfig, tiering: Tiering) -> int:
     return 0
 
 
+TTL_BACKSTOP_S = 7 * 86_400  # DynamoDB TTL of lossy-class frames, past their retention
+
+
+def frame_expiry_s(cfg: TopicConfig, tiering: Tiering, now_ms: int) -> int | None:
+    """The DynamoDB TTL of a frame (or hole) written now. Every frame of a sealed log carries
+    the tail TTL, which reclaims it once sealed instead of a delete per frame; frames of the
+    lossy classes carry one well past their retention (the sweep reclaims them first, keeping
+    the counters exact; DynamoDB's TTL is the backstop for a deployment whose sweep never
+    runs). Queue frames have none: upkeep deletes them once their jobs are acked."""
+    window = class_window_ms(cfg, tiering)
+    if window:
+        return (now_ms + window) // 1000 + TTL_BACKSTOP_S
+    if cfg.type == "log":
+        return (now_ms + tiering.tail_ttl_ms) // 1000
+    return None
+
+
 def retention_ms(cfg: TopicConfig, tiering: Tiering) -> int:
     """The effective TTL: the topic's ttl_ms, bounded by its durability class (0: none)."""
     ttl = cfg.ttl_ms or 0

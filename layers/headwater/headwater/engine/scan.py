@@ -87,9 +87,8 @@ class FrameScan:
             have = covered - start
             cached = sum(f.payload_bytes for f in frames)
             budget = max(1, max_bytes - cached) if max_bytes else 0
-            fetched = c.tail.read_frames(head, covered, head.head_seq, want - have, budget)
-            if not fetched or fetched[0].first_seq > covered + 1:
-                raise StaleHead
+            # the chain up to the head, through slots reserved and not yet written
+            fetched = c.slots.read_chain(head, covered, head.head_seq, want - have, budget)
             for f in fetched:
                 c.cache.put(head.log_key, f, head.del_ver)
             frames = frames + [f for f in fetched if f.last_seq > covered]
@@ -191,8 +190,13 @@ class FrameScan:
         while after < head.head_seq:
             summaries = c.tail.frame_summaries(head, after, head.head_seq, 256)
             if not summaries:
-                break
+                # the chain stops at a slot reserved and not yet written: nothing past it
+                # can be judged yet, so the floor stops there
+                return after + 1, skipped
             for f in summaries:
+                if f.hole:
+                    after = f.last_seq
+                    continue
                 if f.ts >= horizon:
                     return max(f.first_seq, after + 1), skipped
                 skipped += f.last_seq - max(f.first_seq, after + 1) + 1 - f.deleted_count

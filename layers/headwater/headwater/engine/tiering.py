@@ -171,7 +171,9 @@ class Upkeep:
             if not summaries:
                 break
             for f in summaries:
-                if f.first_seq < es:
+                if f.hole:  # reserved, never committed: counted until dropped or sealed
+                    n, b = f.last_seq - f.first_seq + 1, f.void_bytes
+                elif f.first_seq < es:
                     n, b = self.scan.live_between(head, es, f.last_seq + 1)
                 else:
                     n = f.last_seq - f.first_seq + 1 - f.deleted_count
@@ -192,7 +194,11 @@ class Upkeep:
         cap_n, cap_b = cfg.cap_records, cfg.cap_bytes
         count, nbytes = head.count, head.bytes
         drop: list[tuple[_Unit, str]] = []
+        held: list[_Unit] = []  # holes go with the unit after them (they have no time)
         for unit in self._units(head):
+            if unit.frame is not None and unit.frame.hole:
+                held.append(unit)
+                continue
             if capped and (
                 (cap_n and count - unit.live >= cap_n)
                 or (cap_b and nbytes - unit.live_bytes >= cap_b)
@@ -202,6 +208,11 @@ class Upkeep:
                 reason = "ttl"
             else:
                 break
+            for h in held:
+                count -= h.live
+                nbytes -= h.live_bytes
+                drop.append((h, reason))
+            held = []
             count -= unit.live
             nbytes -= unit.live_bytes
             drop.append((unit, reason))
@@ -212,7 +223,7 @@ class Upkeep:
         last = drop[-1][0].last_seq
         new_es = self.scan.first_live(head, last + 1)
         runs = merge_runs(head.evictions, [(u.last_seq, r) for u, r in drop])
-        unsealed = sum(u.frame.bytes for u, _ in drop if u.frame is not None)
+        unsealed = sum(u.frame.bytes + u.frame.void_bytes for u, _ in drop if u.frame is not None)
         commit = EvictCommit(
             head,
             new_es,
@@ -254,32 +265,18 @@ class Upkeep:
         report.dropped += len(segs) + len(frames)
 
     def _delete_frames(self, head: Head, frames: list[FrameSummary]) -> None:
-        """Tail frame items, then the S3 objects of those that were spilled. Frames written
-        by single writes carry a TTL and are left to it (docs/storage.md "One write per
-        append"): deleting one would free a key a writer that has not yet seen the tail move
-        could still put a frame at; their S3 objects go now. A frame past the stored head
-        item is deleted only once the item has been brought past it."""
+        """Tail frame items, then the S3 objects of those that were spilled. Frames of sealed
+        logs carry the tail TTL and are left to it (a delete costs the write units of the
+        put); their S3 objects go now. A late writer's retried put that lands on a deleted
+        key lands below the floor, where no reader looks (docs/storage.md "The sequencer")."""
         if not frames:
             return
         doomed = [f for f in frames if not (f.expires_s is not None and is_tiered(head))]
         if doomed:
-            self._store_past(head, max(f.last_seq for f in doomed))
             self.log.tail.delete_frames(head, [f.first_seq for f in doomed])
         spilled = [f.spill_key for f in frames if f.spill_key]
         if spilled:
             self.log.blobs.delete_many(spilled)
-
-    def _store_past(self, head: Head, seq: int) -> None:
-        """Make sure the stored head item is at or past `seq` (StaleHead if it cannot)."""
-        if head.checkpoint.seq >= seq:
-            return
-        for _ in range(8):
-            fresh = self.log.heads.get(head.topic)
-            if fresh is None or fresh.deleted or fresh.epoch != head.epoch:
-                raise StaleHead
-            if fresh.checkpoint.seq >= seq or self.log.tail.checkpoint(fresh):
-                return
-        raise StaleHead
 
     def _collect(self, head: Head, report: UpkeepReport) -> None:
         """Drop units that hold nothing live: wholly below earliest_seq (after a prefix
@@ -291,7 +288,9 @@ class Upkeep:
         floor = head.earliest_seq - 1
         below: list[FrameSummary] = []
         if head.trimmed_through < floor:
-            below = self.log.tail.frame_summaries(head, head.trimmed_through, floor, 1000)
+            below = self.log.tail.frame_summaries(
+                head, head.trimmed_through, floor, 1000, every=True
+            )
         for f in below:
             if f.last_seq < head.earliest_seq:
                 dead.append(_Unit(f.first_seq, f.last_seq, 0, 0, f.ts, frame=f))
@@ -320,8 +319,9 @@ class Upkeep:
             return None
         if limit - start < t.seal_records and head.unsealed_bytes < t.seal_bytes:
             # Only the age rule can apply: one projected Query for the oldest frame's ts.
+            # (None when a reserved slot is pending there: the read below waits for it)
             oldest = self.log.tail.frame_summaries(head, start, limit, 1)
-            if not oldest or oldest[0].ts > now - t.seal_age_ms:
+            if oldest and not oldest[0].hole and oldest[0].ts > now - t.seal_age_ms:
                 return None
         cache, log_key, del_ver = self.log.cache, head.log_key, head.del_ver
 
@@ -333,16 +333,13 @@ class Upkeep:
         frames = [
             f
             # at most one segment's worth: frames past it are neither fetched nor decoded
-            # (a tail of 1 MiB frames was read whole, from S3, for every segment sealed)
-            for f in self.log.tail.read_frames(
+            # (a tail of 1 MiB frames was read whole, from S3, for every segment sealed);
+            # a slot reserved and not yet written is waited for, or filled once overdue
+            for f in self.log.slots.read_chain(
                 head, start, limit, SEGMENT_MAX_RECORDS, SEGMENT_MAX_BYTES, known
             )
             if f.last_seq <= limit
         ]
-        if not frames:
-            return None
-        if frames[0].first_seq > start + 1 and start + 1 >= head.earliest_seq:
-            raise StaleHead
         chosen: list[Frame] = []
         n = nbytes = 0
         for f in frames:
@@ -354,10 +351,15 @@ class Upkeep:
             chosen.append(f)
             n += len(f.records)
             nbytes += f.payload_bytes
+        while chosen and chosen[-1].hole:
+            chosen.pop()  # a segment ends on records: trailing holes wait for the next
+        if not chosen:
+            return None
+        first_real = next(f for f in chosen if not f.hole)
         due = (
             limit - start >= t.seal_records
             or head.unsealed_bytes >= t.seal_bytes
-            or chosen[0].ts <= now - t.seal_age_ms
+            or first_real.ts <= now - t.seal_age_ms
         )
         if not due:
             return None
@@ -369,6 +371,9 @@ class Upkeep:
             f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:8]}"
         )
         deleted = frozenset(s for f in chosen for s in f.deleted)
+        holes = [f for f in chosen if f.hole]
+        void_n = sum(f.last_seq - f.first_seq + 1 for f in holes)
+        void_b = sum(f.void_bytes for f in holes)
         item = SegmentItem(
             first_seq=first,
             last_seq=last,
@@ -384,20 +389,17 @@ class Upkeep:
             deleted_bytes=sum(f.deleted_bytes for f in chosen),
         )
         self.log.blobs.put(key, blob)
-        if not self.segments.commit_seal(SealCommit(head, item, nbytes)):
+        commit = SealCommit(head, item, nbytes + void_b, void_n, void_b)
+        if not self.segments.commit_seal(commit):
             self.log.blobs.delete_many([key])
             return None
-        sealed = dataclasses.replace(
-            head, sealed_through=last, unsealed_bytes=max(0, head.unsealed_bytes - nbytes)
+        return dataclasses.replace(
+            head,
+            sealed_through=last,
+            unsealed_bytes=max(0, head.unsealed_bytes - nbytes - void_b),
+            count=head.count - void_n,
+            bytes=head.bytes - void_b,
         )
-        if head.stored is not None and self.log.tail.checkpoint(head):
-            # Frames of single writes stood past the head item: it is brought up to the head
-            # this seal read (docs/storage.md "One write per append"), so it never lags the
-            # frames their TTL will reclaim. Best effort and apart from the seal: if the item
-            # moved meanwhile, a transaction moved it past them already, and a seal is never
-            # held up by appends.
-            sealed = dataclasses.replace(sealed, stored=None)
-        return sealed
 
     def _trim(self, head: Head, now: int, report: UpkeepReport) -> None:
         """Delete tail frames sealed more than the grace period ago (readers that read the
@@ -413,7 +415,9 @@ class Upkeep:
             return
         gone = [
             f
-            for f in self.log.tail.frame_summaries(head, head.trimmed_through, through, 1 << 30)
+            for f in self.log.tail.frame_summaries(
+                head, head.trimmed_through, through, 1 << 30, every=True
+            )
             if f.last_seq <= through
         ]
         self._delete_frames(head, gone)

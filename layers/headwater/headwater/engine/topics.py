@@ -92,6 +92,7 @@ class Topics:
             evict_floor=base_seq + 1,
             sealed_through=base_seq,
             trimmed_through=base_seq,
+            partitions=self.core.settings.log_partitions,
         )
 
     async def create_with_ext(

@@ -3,6 +3,7 @@ speaks the DynamoDB wire format or sees ClientError; AWS errors become engine er
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,9 @@ from headwater.engine.ports import (
     Head,
     IdemHit,
     KnownRecords,
+    Reservation,
     TagEntry,
+    frame_pk,
 )
 from headwater.engine.records import Frame, StoredRecord, decode_records
 from headwater.errors import StorageUnavailable
@@ -41,6 +44,7 @@ from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
 from headwater.storage.ddb import opt_int_of as _opt_i
 from headwater.storage.ddb import text as _s
+from headwater.storage.frame_chain import FrameChain
 from headwater.storage.schema import HEADS, INDEX, LOG
 
 LIVE_GSI_KEY = "topic"
@@ -74,33 +78,11 @@ def head_from_item(item: dict[str, Any]) -> Head:
         ext=item["x"]["S"] if "x" in item else "",
         appended=_i(item, "ac"),
         appended_bytes=_i(item, "ab"),
+        partitions=_i(item, "lp", 1),
     )
 
 
-FENCE_ATTR = "fn"  # a fence frame: no records, closes an epoch to single writes
-SINGLE_ATTR = "sw"  # a frame written alone (no head write with it)
-
-
-def merged(head: Head, newest: dict[str, Any] | None) -> Head:
-    """`head` brought up to `newest`, the newest frame of its log (projected: `ls`, `ts`,
-    `ac`, `ab`), when it lies past it (Head.past)."""
-    if newest is None:
-        return head
-    return head.past(_i(newest, "ls"), _i(newest, "ac"), _i(newest, "ab"), _i(newest, "ts"))
-
-
-def _stepped(c: AppendCommit, holder: dict[str, Any] | None) -> Head | None:
-    """The head `c` expected, stepped past `holder`, the frame a failed condition found at
-    its key, when that frame was written alone (so the head item did not move with it)."""
-    if (
-        c.expected is None
-        or holder is None
-        or SINGLE_ATTR not in holder
-        or FENCE_ATTR in holder
-        or "ls" not in holder
-    ):
-        return None
-    return merged(c.expected, holder)
+HOLE_ATTR = "hl"  # a hole: seqs reserved that no append committed (no records)
 
 
 def _ext_condition(expected: str) -> tuple[str, dict[str, Any]]:
@@ -142,6 +124,7 @@ def head_to_item(h: Head) -> dict[str, Any]:
         "ph": _n(h.prev_head_seq),
         "ac": _n(h.appended),
         "ab": _n(h.appended_bytes),
+        "lp": _n(h.partitions),
     }
     if h.evictions:
         item["ev"] = _s(encode_evictions(h.evictions))
@@ -159,21 +142,86 @@ def head_to_item(h: Head) -> dict[str, Any]:
 
 
 class DynamoHeadStore:
-    """Heads as readers see them: the head item, brought up to the newest frame of its log
-    when single writes have appended past it (one extra Query per head read)."""
+    """Heads: one item per topic, whose counter hands out seqs (reserve). A head read is
+    one GetItem: the item holds every seq reserved and every counter."""
 
     def __init__(self, client: Any, settings: Settings) -> None:
         self._ddb = client
         self._table = settings.table_name(HEADS.logical)
-        self._log_table = settings.table_name(LOG.logical)
-        self._merge_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-head")
 
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
-        return read_head(self._ddb, self._table, self._log_table, topic, consistent)
+        return read_head(self._ddb, self._table, topic, consistent)
 
-    def merge(self, head: Head, *, consistent: bool = True) -> Head:
-        """`head` as stored, brought up to the newest frame past it (if any)."""
-        return read_merged(self._ddb, self._table, self._log_table, head, consistent)
+    def reserve(
+        self,
+        head: Head,
+        n: int,
+        nbytes: int,
+        ts: int,
+        *,
+        ext: str | None = None,
+        max_count: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Reservation:
+        """One UpdateItem: ADD n to the head seq (and every counter with it), iff the head is
+        live in its epoch with the config (and ext, caps) the append was judged on. ALL_OLD
+        returns the item before the step: our seqs follow its head seq. The commit id
+        (`once`) makes a re-sent step that applied fail instead of stepping twice, unless
+        another reservation came between (then ours applies again, and its first seqs
+        are a hole readers fill)."""
+        cond = "ep = :ep AND attribute_not_exists(dl) AND cfg = :cfg"
+        values: dict[str, Any] = {
+            ":ep": _n(head.epoch),
+            ":cfg": _s(json.dumps(head.config, sort_keys=True)),
+            ":n": _n(n),
+            ":b": _n(nbytes),
+            ":ts": _n(ts),
+        }
+        if ext is not None:
+            ext_cond, ext_values = _ext_condition(ext)
+            cond += f" AND {ext_cond}"
+            values.update(ext_values)
+        if max_count is not None:
+            cond += " AND cnt <= :mc"
+            values[":mc"] = _n(max_count)
+        if max_bytes is not None:
+            cond += " AND byt <= :mb"
+            values[":mb"] = _n(max_bytes)
+        got = write_once(
+            self._ddb.update_item,
+            once=True,
+            conflict=True,
+            TableName=self._table,
+            Key={"pk": _s(head.topic)},
+            UpdateExpression="SET lw = :ts ADD hs :n, ac :n, ab :b, cnt :n, byt :b, ub :b",
+            ConditionExpression=cond,
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_OLD",
+        )
+        assert got is not None  # `conflict`: a failed condition answers with the item
+        old = got.get("Attributes")
+        if got.get("Conflict"):
+            raise AppendRejected(True, {}, head_from_item(old) if old else None)
+        assert old is not None
+        if got.get("Repeated"):
+            # our earlier attempt applied and nobody stepped since: the item is just after it
+            after = head_from_item(old)
+            before = dataclasses.replace(
+                after.reserved(-n, -nbytes, after.last_write_ts or ts),
+                last_write_ts=None,
+            )
+        else:
+            before = head_from_item(old)
+            after = before.reserved(n, nbytes, ts)
+        meta = got.get("ResponseMetadata", {})
+        return Reservation(
+            first_seq=before.head_seq + 1,
+            last_seq=before.head_seq + n,
+            ts=max(ts, before.last_write_ts or 0),
+            appended_bytes=before.appended_bytes + nbytes,
+            head=after,
+            retried=bool(got.get("Repeated")) or int(meta.get("RetryAttempts", 0) or 0) > 0,
+        )
 
     def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:
         return self._batch_get(list(dict.fromkeys(topics)), consistent=consistent)
@@ -218,11 +266,10 @@ class DynamoHeadStore:
         )
 
     def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
-        """Replace the head with its deleted marker and close the epoch's log with a fence
-        frame at head_seq + 1, in one transaction: a single write from a process that has
-        not seen the delete meets the fence (or a frame before it) instead of landing in a
-        log nobody reads. `head`: as read (merged); the marker is conditional on the stored
-        item still being its checkpoint."""
+        """Replace the head with its deleted marker, iff nothing was reserved since `head`
+        was read (so every seq of the incarnation is one the delete saw). A writer that
+        reserved before may still put its frame: it lands in a log nobody reads, and its
+        append is ordered before the delete. Reservations after it fail (`dl`)."""
         marker = Head(
             topic=head.topic,
             epoch=head.epoch,
@@ -230,49 +277,22 @@ class DynamoHeadStore:
             config=head.config,
             prev_head_seq=head.head_seq,
         )
-        ck = head.checkpoint
-        cond = "ep = :ep AND attribute_not_exists(dl) AND hs = :ck"
-        values: dict[str, Any] = {":ep": _n(head.epoch), ":ck": _n(ck.seq)}
+        cond = "ep = :ep AND attribute_not_exists(dl) AND hs = :hs"
+        values: dict[str, Any] = {":ep": _n(head.epoch), ":hs": _n(head.head_seq)}
         if if_empty:
-            # empty: the stored count plus what was appended past it is 0
-            cond += " AND cnt = :c0"
-            values[":c0"] = _n(-(head.appended - ck.appended))
+            cond += " AND cnt = :c0"  # counts every seq reserved, appends in flight too
+            values[":c0"] = _n(0)
         if if_ext is not None:
             ext_cond, ext_values = _ext_condition(if_ext)
             cond += f" AND {ext_cond}"
             values.update(ext_values)
-        cid = new_cid()
-        items: list[dict[str, Any]] = [
-            {
-                "Put": {
-                    "TableName": self._table,
-                    "Item": {**head_to_item(marker), CID_ATTR: _s(cid)},
-                    "ConditionExpression": cond,
-                    "ExpressionAttributeValues": values,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            },
-            {
-                "Put": {
-                    "TableName": self._log_table,
-                    "Item": {
-                        "pk": _s(head.log_key),
-                        "sk": _n(head.head_seq + 1),
-                        "ls": _n(head.head_seq),
-                        "ts": _n(head.last_write_ts or 0),
-                        "sz": _n(0),
-                        "ac": _n(head.appended),
-                        "ab": _n(head.appended_bytes),
-                        FENCE_ATTR: _n(1),
-                        CID_ATTR: _s(cid),
-                    },
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            },
-        ]
-        outcome = transact(self._ddb, items, cid)
-        return outcome.committed or any_mine(outcome.reasons, cid)
+        return conditional(
+            self._ddb.put_item,
+            TableName=self._table,
+            Item=head_to_item(marker),
+            ConditionExpression=cond,
+            ExpressionAttributeValues=values,
+        )
 
     def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]:
         if after is not None and prefix and not after.startswith(prefix):
@@ -325,12 +345,6 @@ class DynamoHeadStore:
                     head = head_from_item(item)
                     out[head.topic] = head
                 request = resp.get("UnprocessedKeys") or {}
-        live = [h for h in out.values() if not h.deleted]
-        if len(live) == 1:
-            out[live[0].topic] = self.merge(live[0], consistent=consistent)
-        elif live:
-            for h in self._merge_pool.map(lambda h: self.merge(h, consistent=consistent), live):
-                out[h.topic] = h
         return out
 
     def count_live(self, internal: bool = True) -> int:
@@ -408,58 +422,12 @@ def _tag_sk(tag: str, frame_seq: int) -> str:
     return f"{tag}\x00{frame_seq:020d}"
 
 
-def newest_frame(
-    client: Any, log_table: str, head: Head, consistent: bool
-) -> dict[str, Any] | None:
-    """The newest frame of `head`'s log past its stored head_seq (projected), or None."""
-    resp = _call(
-        client.query,
-        TableName=log_table,
-        KeyConditionExpression="pk = :pk AND sk > :hs",
-        ExpressionAttributeValues={":pk": _s(head.log_key), ":hs": _n(head.head_seq)},
-        ProjectionExpression="sk, ls, ts, ac, ab, sw",
-        ScanIndexForward=False,
-        ConsistentRead=consistent,
-        Limit=1,
-    )
-    items = resp.get("Items", [])
-    return dict(items[0]) if items else None
-
-
-def read_head(
-    client: Any, heads_table: str, log_table: str, topic: str, consistent: bool
-) -> Head | None:
-    """The topic's head as readers see it: its item, merged (read_merged); None if none."""
+def read_head(client: Any, heads_table: str, topic: str, consistent: bool) -> Head | None:
+    """The topic's head item, or None if there is none."""
     item = _call(
         client.get_item, TableName=heads_table, Key={"pk": _s(topic)}, ConsistentRead=consistent
     ).get("Item")
-    if item is None:
-        return None
-    return read_merged(client, heads_table, log_table, head_from_item(item), consistent)
-
-
-def read_merged(
-    client: Any, heads_table: str, log_table: str, head: Head, consistent: bool
-) -> Head:
-    """`head` (its item as just read) brought up to the newest frame of its log. The item
-    and the frame are two reads. A frame past the item that a transaction wrote (with the
-    item: no `sw` mark) committed after the item was read, and is not combined with it (the
-    item's other fields, the ext above all, belong with that frame): the item is read again,
-    and holds that frame and everything before it, which is all a read that began before
-    the transaction must see. A head with an ext (Durable Streams, flag namespaces) is never
-    appended to by single writes (they need no condition on it): its item is its head."""
-    if head.deleted or head.ext:
-        return head
-    newest = newest_frame(client, log_table, head, consistent)
-    if newest is None or _i(newest, "ls") <= head.head_seq or SINGLE_ATTR in newest:
-        return merged(head, newest)
-    item = _call(
-        client.get_item, TableName=heads_table, Key={"pk": _s(head.topic)}, ConsistentRead=True
-    ).get("Item")
-    if item is None:
-        return head
-    again = head_from_item(item)
-    return again if again.head_seq >= _i(newest, "ls") or again.deleted else head
+    return head_from_item(item) if item is not None else None
 
 
 class DynamoLogTailStore:
@@ -469,27 +437,35 @@ class DynamoLogTailStore:
         self._log_table = settings.table_name(LOG.logical)
         self._index_table = settings.table_name(INDEX.logical)
         self._blobs = blobs
-        # Spilled frames of one read are fetched concurrently; one pool for the adapter.
+        # Spilled frames of one read are fetched concurrently, and a chain read queries its
+        # partitions together; one pool for the adapter.
         self._blob_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-s3")
+        self._chain = FrameChain(
+            client,
+            self._log_table,
+            ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-chain"),
+        )
 
     # --- append -------------------------------------------------------------------------
     def commit_append(self, c: AppendCommit) -> bool:
-        """Write the group commit: its frame alone (`c.single`), or in one transaction with
-        the head (and tag entries, idempotency keys). Returns True when storage showed that
-        an earlier attempt of this same commit applied (its response was lost and the retry
-        found the commit id): committed, but the head may have moved on since."""
+        """Write the group commit at its reserved key: the frame alone (`c.single`), or in one
+        transaction with its tag entries, idempotency keys and, for a guarded append that
+        changes it, the head's ext (or, creating the topic, the head itself). Returns True
+        when storage showed that an earlier attempt of this same commit applied (its
+        response was lost and the retry found the commit id)."""
         cid = c.cid or new_cid()
+        base = c.new_head or c.expected
+        assert base is not None
         frame: dict[str, Any] = {
-            "pk": _s(f"{c.topic}#{(c.new_head or c.expected).epoch}"),  # type: ignore[union-attr]
-            # Keyed by its first seq: two writers that start from the same tail meet on one
-            # key, whatever their lengths, so the put's condition alone keeps seqs unique.
+            # Keyed by its first seq (a reserved one: nobody else writes there but a reader
+            # that fills the slot as a hole once its writer is overdue), in its partition.
+            "pk": _s(base.frame_pk(c.first_seq)),
             "sk": _n(c.first_seq),
             "ls": _n(c.last_seq),
             "ts": _n(c.ts),
             "sz": _n(c.payload_bytes),
             "dn": _n(0),
             "dz": _n(0),
-            "ac": _n(c.appended),
             "ab": _n(c.appended_bytes),
             CID_ATTR: _s(cid),
         }
@@ -501,10 +477,8 @@ class DynamoLogTailStore:
             assert c.blob is not None
             frame["rb"] = {"B": c.blob}
         if c.single:
-            frame[SINGLE_ATTR] = _n(1)
             return self._put_frame(c, frame, cid)
-        items: list[dict[str, Any]] = [self._head_op(c, cid)]
-        items.append(
+        items: list[dict[str, Any]] = [
             {
                 "Put": {
                     "TableName": self._log_table,
@@ -514,8 +488,11 @@ class DynamoLogTailStore:
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             }
-        )
-        epoch = (c.new_head or c.expected).epoch  # type: ignore[union-attr]
+        ]
+        head_op = self._head_op(c, cid)
+        if head_op is not None:
+            items.append(head_op)
+        epoch = base.epoch
         tag_pk = f"t#{c.topic}#{epoch}"
         for e in c.tag_entries:
             items.append(
@@ -558,51 +535,38 @@ class DynamoLogTailStore:
         reasons = outcome.reasons
         if any_mine(reasons, cid):
             return True  # an earlier attempt of this commit applied
+        frame_code = reasons[0].get("Code") if reasons else None
+        slot_lost = frame_code == "ConditionalCheckFailed"
         head_conflict = False
         current: Head | None = None
-        stored_seq = -1  # the head item's seq when the condition failed, if returned
         hits: dict[str, IdemHit | None] = {}
         for idx, reason in enumerate(reasons):
             rcode = reason.get("Code", "None")
-            if rcode in ("None", None, ""):
+            if rcode in ("None", None, "") or idx == 0:
                 continue
-            if idx == 0 and rcode == "ConditionalCheckFailed" and reason.get("Item"):
-                stored_seq = head_from_item(reason["Item"]).head_seq
-                current = self._current_head(c.topic, reason["Item"])
             if idx >= idem_start and rcode == "ConditionalCheckFailed":
                 old = reason.get("Item")
                 key = c.idem[idx - idem_start].key
                 hits[key] = IdemHit(_i(old, "f"), _i(old, "l")) if old else None
-            elif rcode in ("ConditionalCheckFailed", "TransactionConflict"):
+            elif idx == 1 and head_op is not None and rcode == "ConditionalCheckFailed":
                 head_conflict = True
+                if reason.get("Item"):
+                    current = head_from_item(reason["Item"])
             elif rcode in ("ThrottlingError", "ProvisionedThroughputExceeded"):
                 raise StorageUnavailable(f"storage throttled: {rcode}")
             else:
                 head_conflict = True
         if not reasons:
             head_conflict = True
-        frame_code = reasons[1].get("Code") if len(reasons) > 1 else None
-        head_held = bool(reasons) and reasons[0].get("Code") in ("None", None, "")
-        if current is None and not hits and head_held:
-            # only the frame's key was taken (the head item unmoved): by a single write?
-            stepped = _stepped(c, reasons[1].get("Item") if len(reasons) > 1 else None)
-            if stepped is not None:
-                raise AppendRejected(True, {}, stepped, stepped=True)
-        raise AppendRejected(
-            head_conflict,
-            hits,
-            current,
-            # judged on the item as the failed condition saw it (the merged `current` is read
-            # after, and other writers may have taken our key meanwhile): re-sent, our key
-            # free, and the stored head already past it
-            unconfirmed=outcome.retried
-            and frame_code in ("None", None, "")
-            and stored_seq >= c.first_seq,
-        )
+        if c.new_head is not None and head_conflict and current is None:
+            current = self._current_head(c.topic)
+        raise AppendRejected(head_conflict, hits, current, slot_lost=slot_lost)
 
     def _put_frame(self, c: AppendCommit, frame: dict[str, Any], cid: str) -> bool:
-        """The one-write append: the frame, iff its key is free. A failed condition on a
-        frame holding our commit id is our own earlier attempt (a lost answer, re-sent)."""
+        """The one-write append: the frame at its reserved key, iff the key is free. A failed
+        condition on a frame holding our commit id is our own earlier attempt (a lost
+        answer, re-sent); anything else there is a hole a reader filled because we were
+        late: the seqs are lost to us, and the append reserves again."""
         got = write_once(
             self._ddb.put_item,
             cid,
@@ -613,50 +577,55 @@ class DynamoLogTailStore:
         )
         assert got is not None  # `conflict`: a failed condition answers with the holder
         if got.get("Conflict"):
-            # Another writer's frame holds the key: step past it when it was written alone
-            # (the loser retries at once, without a read that lets the winner win again),
-            # else re-read the head (merged) to retry from.
-            stepped = _stepped(c, got.get("Attributes"))
-            if stepped is not None:
-                raise AppendRejected(True, {}, stepped, stepped=True)
-            raise AppendRejected(True, {}, self._current_head(c.topic))
+            raise AppendRejected(False, {}, None, slot_lost=True)
         return bool(got.get("Repeated"))
 
-    def _current_head(self, topic: str, item: dict[str, Any] | None = None) -> Head | None:
-        """The head as a reader sees it (merged with its newest frame), from the item a
-        failed condition returned or a strong read."""
-        if item is None:
-            return read_head(self._ddb, self._heads_table, self._log_table, topic, True)
-        return read_merged(
-            self._ddb, self._heads_table, self._log_table, head_from_item(item), True
-        )
+    def _current_head(self, topic: str) -> Head | None:
+        return read_head(self._ddb, self._heads_table, topic, True)
 
-    def checkpoint(self, head: Head) -> bool:
-        if head.stored is None:
-            return True  # the item is this head already
-        ck = head.stored
-        dn = head.appended - ck.appended
-        db = head.appended_bytes - ck.appended_bytes
-        return conditional(
-            self._ddb.update_item,
-            TableName=self._heads_table,
-            Key={"pk": _s(head.topic)},
-            UpdateExpression="SET hs = :hs, ac = :ac, ab = :ab, lw = :lw, cnt = cnt + :dn, "
-            "byt = byt + :db, ub = ub + :db",
-            ConditionExpression="ep = :ep AND hs = :ck AND attribute_not_exists(dl)",
-            ExpressionAttributeValues={
-                ":hs": _n(head.head_seq),
-                ":ac": _n(head.appended),
-                ":ab": _n(head.appended_bytes),
-                ":lw": _n(head.last_write_ts or 0),
-                ":dn": _n(dn),
-                ":db": _n(db),
-                ":ep": _n(head.epoch),
-                ":ck": _n(ck.seq),
-            },
+    def fill_hole(
+        self,
+        head: Head,
+        first_seq: int,
+        last_seq: int | None = None,
+        void_bytes: int = 0,
+        expires_s: int | None = None,
+    ) -> Frame:
+        """A hole at `first_seq` iff the key is free; the frame standing there afterwards.
+        The hole holds no records: readers step over its seqs. It carries the tail TTL of
+        the log's frames (the caller's `expires_s`), so its key stays taken as long as any
+        late writer could still try it."""
+        last = first_seq if last_seq is None else last_seq
+        item: dict[str, Any] = {
+            "pk": _s(head.frame_pk(first_seq)),
+            "sk": _n(first_seq),
+            "ls": _n(last),
+            "ts": _n(0),
+            "sz": _n(0),
+            "dn": _n(0),
+            "dz": _n(0),
+            HOLE_ATTR: _n(1),
+        }
+        if void_bytes:
+            item["vb"] = _n(void_bytes)
+        if expires_s is not None:
+            item["ttl"] = _n(expires_s)
+        got = write_once(
+            self._ddb.put_item,
+            conflict=True,
+            TableName=self._log_table,
+            Item=item,
+            ConditionExpression="attribute_not_exists(pk)",
         )
+        assert got is not None
+        holder = got.get("Attributes") if got.get("Conflict") else None
+        return self._frame_from_item(holder or item)
 
-    def _head_op(self, c: AppendCommit, cid: str) -> dict[str, Any]:
+    def _head_op(self, c: AppendCommit, cid: str) -> dict[str, Any] | None:
+        """The head item's part of the transaction: created with the first frame, or (a
+        guarded append that changes the ext: serialized) its seqs, counters and ext moved
+        with the frame, iff it is as the writer read it; a frame whose tag entries are
+        written after the commit is marked pending on it."""
         if c.new_head is not None:
             if c.expected is None:
                 cond: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
@@ -675,50 +644,45 @@ class DynamoLogTailStore:
             }
         h = c.expected
         assert h is not None
-        # The stored item moves from its checkpoint to this commit: its counters by what was
-        # appended since the checkpoint (single writes past it, and this frame).
-        ck = h.checkpoint
-        n = c.appended - ck.appended
-        b = c.appended_bytes - ck.appended_bytes
-        sets = ["hs = :h2", "cnt = cnt + :n", "byt = byt + :b", "lw = :ts", "ub = ub + :b"]
-        sets += ["ac = :ac", "ab = :ab", f"{CID_ATTR} = :cid"]
+        serial = c.ext_expected is not None
+        if not serial and not c.tag_pending:
+            return None
+        sets = [f"{CID_ATTR} = :cid"]
         names: dict[str, str] = {}
-        values: dict[str, Any] = {
-            ":cid": _s(cid),
-            ":h2": _n(c.last_seq),
-            ":n": _n(n),
-            ":b": _n(b),
-            ":ac": _n(c.appended),
-            ":ab": _n(c.appended_bytes),
-            ":ts": _n(c.ts),
-            ":h": _n(ck.seq),
-            ":ep": _n(h.epoch),
-        }
+        values: dict[str, Any] = {":cid": _s(cid), ":ep": _n(h.epoch)}
+        cond_s = "ep = :ep AND attribute_not_exists(dl)"
+        adds = ""
         if c.tag_pending:
             sets.append("tp.#k = :ls")
             names["#k"] = str(c.first_seq)
             values[":ls"] = _n(c.last_seq)
-        cond_s = "ep = :ep AND hs = :h AND attribute_not_exists(dl)"
-        if c.ext_expected is not None:
+        if serial:
+            # the head moves with the frame: its seqs (from where the writer read them, with
+            # nothing reserved since) and counters, and the ext
+            assert c.ext_expected is not None
             ext_cond, ext_values = _ext_condition(c.ext_expected)
-            cond_s += " AND " + ext_cond
+            cond_s += f" AND {ext_cond} AND hs = :h0"
             values.update(ext_values)
+            n = c.last_seq - c.first_seq + 1
+            values.update(
+                {":h0": _n(h.head_seq), ":n": _n(n), ":b": _n(c.payload_bytes), ":ts": _n(c.ts)}
+            )
+            sets.append("lw = :ts")
+            adds = " ADD hs :n, ac :n, ab :b, cnt :n, byt :b, ub :b"
             if not c.ext_new:
                 raise ValueError("ext_new must not be empty")
             sets.append("x = :x2")
             values[":x2"] = _s(c.ext_new)
-        # caps: the count before this commit (stored count + appended past the checkpoint)
-        # must stay <= max_count
-        if c.max_count is not None:
-            cond_s += " AND cnt <= :mc"
-            values[":mc"] = _n(c.max_count - (h.appended - ck.appended))
-        if c.max_bytes is not None:
-            cond_s += " AND byt <= :mb"
-            values[":mb"] = _n(c.max_bytes - (h.appended_bytes - ck.appended_bytes))
+            if c.max_count is not None:
+                cond_s += " AND cnt <= :mc"
+                values[":mc"] = _n(c.max_count)
+            if c.max_bytes is not None:
+                cond_s += " AND byt <= :mb"
+                values[":mb"] = _n(c.max_bytes)
         op: dict[str, Any] = {
             "TableName": self._heads_table,
             "Key": {"pk": _s(h.topic)},
-            "UpdateExpression": "SET " + ", ".join(sets),
+            "UpdateExpression": "SET " + ", ".join(sets) + adds,
             "ConditionExpression": cond_s,
             "ExpressionAttributeValues": values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -754,6 +718,8 @@ class DynamoLogTailStore:
         first = _i(item, "sk")
         last = _i(item, "ls")
         ts = _i(item, "ts")
+        if HOLE_ATTR in item:
+            return Frame(first, last, ts, [], hole=True, void_bytes=_i(item, "vb"))
         if records is None:
             if "s3" in item:
                 key = item["s3"]["S"]
@@ -782,81 +748,29 @@ class DynamoLogTailStore:
         max_bytes: int = 0,
         known: KnownRecords | None = None,
     ) -> list[Frame]:
-        if upto_seq <= after_seq:
-            return []  # empty range
-        kwargs: dict[str, Any] = {
-            "TableName": self._log_table,
-            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
-            "ExpressionAttributeValues": {
-                ":pk": _s(head.log_key),
-                ":lo": _n(after_seq + 1),
-                ":hi": _n(upto_seq),
-            },
-            "ConsistentRead": True,
-            "Limit": 8,
-        }
+        """The chain from the frame holding after_seq + 1 (frame_chain.FrameChain.walk), up
+        to the frame that fills the budget (records after `after_seq`, payload bytes)."""
         items: list[dict[str, Any]] = []
         got = nbytes = 0
-        full = False  # enough records or bytes: frames past this are not fetched
-        while not full:
-            resp = _call(self._ddb.query, **kwargs)
-            for item in resp.get("Items", []):
-                if FENCE_ATTR in item:
-                    continue  # a deleted incarnation's fence holds no records
-                items.append(item)
-                got += _i(item, "ls") - _i(item, "sk") + 1
-                nbytes += _i(item, "sz")
-                full = got >= max_records or 0 < max_bytes <= nbytes
-                if full:
-                    break
-            lek = resp.get("LastEvaluatedKey")
-            if not lek:
+        for item in self._chain.walk(head, after_seq, upto_seq, max_records):
+            items.append(item)
+            got += _i(item, "ls") - max(_i(item, "sk"), after_seq + 1) + 1
+            nbytes += _i(item, "sz")
+            if got >= max_records or 0 < max_bytes <= nbytes:
                 break
-            kwargs["ExclusiveStartKey"] = lek
-            kwargs["Limit"] = min(kwargs["Limit"] * 2, 64)
-        if not items or _i(items[0], "sk") > after_seq + 1:
-            holding = self._frame_holding(head, after_seq, None)
-            if holding is not None:
-                items = _within(
-                    [holding, *items], after_seq, max_records, max_bytes
-                )  # the budget counts the holding frame's records first
         return self._frames_from_items(items, known)
-
-    def _frame_holding(
-        self, head: Head, after_seq: int, projection: str | None
-    ) -> dict[str, Any] | None:
-        """The frame that starts at or before `after_seq` and ends after it (a cursor inside a
-        frame: frames are keyed by their first seq), or None."""
-        if after_seq < 1:
-            return None
-        kwargs: dict[str, Any] = {
-            "TableName": self._log_table,
-            "KeyConditionExpression": "pk = :pk AND sk <= :a",
-            "ExpressionAttributeValues": {":pk": _s(head.log_key), ":a": _n(after_seq)},
-            "ScanIndexForward": False,
-            "ConsistentRead": True,
-            "Limit": 1,
-        }
-        if projection:
-            kwargs["ProjectionExpression"] = projection
-            if "#ttl" in projection:  # a reserved word
-                kwargs["ExpressionAttributeNames"] = {"#ttl": "ttl"}
-        for item in _call(self._ddb.query, **kwargs).get("Items", []):
-            if _i(item, "ls") > after_seq and FENCE_ATTR not in item:
-                return dict(item)
-        return None
 
     def get_frames(self, head: Head, frame_seqs: Sequence[int]) -> dict[int, Frame]:
         out: dict[int, Frame] = {}
         wanted = sorted(set(frame_seqs))
         for i in range(0, len(wanted), _BATCH_GET_MAX):
-            keys = [{"pk": _s(head.log_key), "sk": _n(s)} for s in wanted[i : i + _BATCH_GET_MAX]]
+            keys = [
+                {"pk": _s(head.frame_pk(s)), "sk": _n(s)} for s in wanted[i : i + _BATCH_GET_MAX]
+            ]
             request: dict[str, Any] = {self._log_table: {"Keys": keys, "ConsistentRead": True}}
             while request:
                 resp = _call(self._ddb.batch_get_item, RequestItems=request)
                 for item in resp.get("Responses", {}).get(self._log_table, []):
-                    if FENCE_ATTR in item:
-                        continue
                     f = self._frame_from_item(item)
                     out[f.first_seq] = f
                 request = resp.get("UnprocessedKeys") or {}
@@ -951,11 +865,9 @@ class DynamoLogTailStore:
                 }
             }
         ]
-        log_pk = f"{d.topic}#{d.epoch}"
         for fd in d.frames:
-            items.append(
-                _delete_marks(self._log_table, {"pk": _s(log_pk), "sk": _n(fd.key_seq)}, fd)
-            )
+            pk = frame_pk(d.topic, d.epoch, d.partitions, fd.key_seq)
+            items.append(_delete_marks(self._log_table, {"pk": _s(pk), "sk": _n(fd.key_seq)}, fd))
         seg_pk = segment_pk(d.topic, d.epoch)
         for fd in d.segments:
             key = {"pk": _s(seg_pk), "sk": _s(segment_sk(fd.key_seq))}
@@ -966,37 +878,23 @@ class DynamoLogTailStore:
 
     # --- tiering ------------------------------------------------------------------------
     def frame_summaries(
-        self, head: Head, after_seq: int, upto_seq: int, limit: int
+        self, head: Head, after_seq: int, upto_seq: int, limit: int, *, every: bool = False
     ) -> list[FrameSummary]:
-        projection = "sk, ls, ts, sz, dn, dz, s3, #ttl, fn"
-        kwargs: dict[str, Any] = {
-            "TableName": self._log_table,
-            "KeyConditionExpression": "pk = :pk AND sk > :lo",
-            "ExpressionAttributeValues": {":pk": _s(head.log_key), ":lo": _n(after_seq)},
-            "ProjectionExpression": projection,
-            "ExpressionAttributeNames": {"#ttl": "ttl"},
-            "ConsistentRead": True,
-        }
+        projection = "sk, ls, ts, sz, dn, dz, s3, #ttl, hl, vb"
+        if limit <= 0:
+            return []
+        if every:
+            items = self._chain.every(head, after_seq, upto_seq, projection)
+            return [_summary(it) for it in items[:limit]]
         out: list[FrameSummary] = []
-        holding = self._frame_holding(head, after_seq, projection) if limit > 0 else None
-        if holding is not None and _i(holding, "sk") <= upto_seq:
-            out.append(_summary(holding))
-        while len(out) < limit:
-            kwargs["Limit"] = min(1000, limit - len(out))
-            resp = _call(self._ddb.query, **kwargs)
-            for it in resp.get("Items", []):
-                if _i(it, "sk") > upto_seq:
-                    return out
-                if FENCE_ATTR not in it:
-                    out.append(_summary(it))
-            lek = resp.get("LastEvaluatedKey")
-            if not lek:
+        for it in self._chain.walk(head, after_seq, upto_seq, min(limit, 1000), projection):
+            out.append(_summary(it))
+            if len(out) >= limit:
                 break
-            kwargs["ExclusiveStartKey"] = lek
         return out
 
     def delete_frames(self, head: Head, frame_seqs: Sequence[int]) -> None:
-        keys = [{"pk": _s(head.log_key), "sk": _n(s)} for s in frame_seqs]
+        keys = [{"pk": _s(head.frame_pk(s)), "sk": _n(s)} for s in frame_seqs]
         batch_delete(self._ddb, self._log_table, keys)
 
     def commit_evict(self, c: EvictCommit) -> bool:
@@ -1041,20 +939,6 @@ class DynamoLogTailStore:
         )
 
 
-def _within(
-    items: list[dict[str, Any]], after_seq: int, max_records: int, max_bytes: int
-) -> list[dict[str, Any]]:
-    """The leading frame items up to and including the one that fills the budget (records
-    after `after_seq`, payload bytes)."""
-    got = nbytes = 0
-    for n, item in enumerate(items, start=1):
-        got += _i(item, "ls") - max(_i(item, "sk"), after_seq + 1) + 1
-        nbytes += _i(item, "sz")
-        if got >= max_records or 0 < max_bytes <= nbytes:
-            return items[:n]
-    return items
-
-
 def _summary(it: dict[str, Any]) -> FrameSummary:
     return FrameSummary(
         first_seq=_i(it, "sk"),
@@ -1065,6 +949,8 @@ def _summary(it: dict[str, Any]) -> FrameSummary:
         deleted_bytes=_i(it, "dz"),
         spill_key=it["s3"]["S"] if "s3" in it else None,
         expires_s=_opt_i(it, "ttl"),
+        hole=HOLE_ATTR in it,
+        void_bytes=_i(it, "vb"),
     )
 
 

@@ -325,8 +325,8 @@ class DynamoLeaseStore:
         frames: dict[int, list[tuple[int, int]]] = {}
         for frame, seq, size in removed:
             frames.setdefault(frame, []).append((seq, size))
-        log_pk = {"S": c.head.log_key}
         for frame, entries in sorted(frames.items()):
+            log_pk = {"S": c.head.frame_pk(frame)}
             fvalues: dict[str, Any] = {
                 ":seqs": {"NS": [str(s) for s, _ in entries]},
                 ":k": _n(len(entries)),

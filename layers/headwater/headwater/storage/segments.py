@@ -88,6 +88,8 @@ class DynamoSegmentStore:
         if seg.deleted:
             item["dx"] = {"NS": [str(s) for s in sorted(seg.deleted)]}
         sets = f"SET st = :st, ub = ub - :sb, {CID_ATTR} = :cid"
+        if c.void_records or c.void_bytes:  # holes in the span: reserved, never committed
+            sets += ", cnt = cnt - :vn, byt = byt - :vb"
         cond = "ep = :ep AND dv = :dv AND st = :old AND attribute_not_exists(dl)"
         values: dict[str, Any] = {
             ":cid": _s(cid),
@@ -97,6 +99,9 @@ class DynamoSegmentStore:
             ":dv": _n(h.del_ver),
             ":old": _n(h.sealed_through),
         }
+        if c.void_records or c.void_bytes:
+            values[":vn"] = _n(c.void_records)
+            values[":vb"] = _n(c.void_bytes)
         items = [
             {
                 "Put": {

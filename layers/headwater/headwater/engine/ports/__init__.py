@@ -15,14 +15,30 @@ from headwater.engine.config import TopicConfig
 from headwater.engine.records import Frame, StoredRecord
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """What the stored head item says when frames appended by single writes stand beyond it
-    (docs/storage.md "One write per append"): its head seq and cumulative counters."""
+def frame_partition(seq: int, partitions: int) -> int:
+    """Which of an incarnation's `partitions` keys holds the frame keyed by `seq`: a
+    multiplicative hash, so consecutive seqs (one-record frames from many writers) and
+    strides alike spread evenly."""
+    if partitions <= 1:
+        return 0
+    return (((seq * 0x9E3779B1) & 0xFFFFFFFF) * partitions) >> 32
 
-    seq: int
-    appended: int
-    appended_bytes: int
+
+def frame_pk(topic: str, epoch: int, partitions: int, seq: int) -> str:
+    """`<topic>#<epoch>` for partition 0 (the whole log when there is one partition),
+    `<topic>#<epoch>~<p>` for the others. An epoch is digits, so the key parses from the
+    right whatever the topic name holds (log_key_parts)."""
+    p = frame_partition(seq, partitions)
+    return f"{topic}#{epoch}" if p == 0 else f"{topic}#{epoch}~{p}"
+
+
+def log_key_parts(pk: str) -> tuple[str, int] | None:
+    """(topic, epoch) of a frame's partition key, or None when it is not one."""
+    topic, sep, rest = pk.rpartition("#")
+    epoch, _, part = rest.partition("~")
+    if not sep or not epoch.isdigit() or (part and not part.isdigit()):
+        return None
+    return topic, int(epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +73,14 @@ class Head:
     # content type, expiry, closure, Stream-Seq and producer epochs). Changed only together
     # with an append (AppendCommit.ext_*) or alone, conditionally (HeadStore.put_ext).
     ext: str = ""
-    # Records and payload bytes appended in this epoch through head_seq (never decreased by
-    # deletes or eviction): frames carry them too, so a head can be brought up to date from
-    # its newest frame.
+    # Records and payload bytes reserved in this epoch through head_seq (never decreased by
+    # deletes or eviction; appends that failed after reserving count too): every frame
+    # carries the bytes through its last seq, so sealing can tell a hole's bytes.
     appended: int = 0
     appended_bytes: int = 0
-    # The stored head item, when the newest frame is past it (None: it is this head).
-    stored: Checkpoint | None = None
+    # Frames of this incarnation spread over this many partition keys (docs/storage.md
+    # "The sequencer"); fixed when the incarnation is created.
+    partitions: int = 1
     # `config` decoded once (engine.config.TopicConfig): what the engine reads
     cfg: TopicConfig = field(init=False, repr=False, compare=False)
 
@@ -74,37 +91,44 @@ class Head:
     def log_key(self) -> str:
         return f"{self.topic}#{self.epoch}"
 
-    def past(self, last_seq: int, appended: int, appended_bytes: int, ts: int) -> Head:
-        """This head brought up to a frame written alone beyond it (docs/storage.md "One
-        write per append"): seq, append time and counters from the frame's cumulative ones;
-        the stored item stays where it was."""
-        if self.deleted or last_seq <= self.head_seq:
-            return self
-        dn = appended - self.appended
-        db = appended_bytes - self.appended_bytes
+    def frame_pk(self, seq: int) -> str:
+        """The partition key of the frame (or hole) keyed by `seq` in this incarnation."""
+        return frame_pk(self.topic, self.epoch, self.partitions, seq)
+
+    def reserved(self, n: int, nbytes: int, ts: int) -> Head:
+        """This head after a reservation of `n` records of `nbytes` payload bytes: every
+        counter moves at once, in the same write as the seqs (HeadStore.reserve)."""
         return dataclasses.replace(
             self,
-            head_seq=last_seq,
-            appended=appended,
-            appended_bytes=appended_bytes,
-            count=self.count + dn,
-            bytes=self.bytes + db,
-            unsealed_bytes=max(0, self.unsealed_bytes + db),
-            last_write_ts=max(ts, self.last_write_ts or 0),
-            stored=self.checkpoint,
+            head_seq=self.head_seq + n,
+            appended=self.appended + n,
+            appended_bytes=self.appended_bytes + nbytes,
+            count=self.count + n,
+            bytes=self.bytes + nbytes,
+            unsealed_bytes=self.unsealed_bytes + nbytes,
+            last_write_ts=ts,
         )
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        """The stored head item's seq and counters (conditional head writes compare them)."""
-        if self.stored is not None:
-            return self.stored
-        return Checkpoint(self.head_seq, self.appended, self.appended_bytes)
 
     @property
     def first_live_seq(self) -> int:
         """`earliest_seq` as reported: head_seq + 1 whenever the topic holds no record."""
         return self.earliest_seq if self.count else self.head_seq + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Seqs handed out by the topic's counter (HeadStore.reserve): nobody else ever gets
+    them. The frame goes at `first_seq`; `appended_bytes` is the log's cumulative reserved
+    payload bytes through `last_seq` (the frame carries it); `head` is the head item just
+    after the reservation. `retried`: botocore re-sent the request, so an earlier attempt
+    may have reserved seqs too (left as a hole for readers to fill)."""
+
+    first_seq: int
+    last_seq: int
+    ts: int
+    appended_bytes: int
+    head: Head
+    retried: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +160,12 @@ class IdemHit:
 
 @dataclass(slots=True)
 class AppendCommit:
-    """Everything one group commit writes, atomically: the head advance (or creation), the
-    frame, inline tag-index entries, and idempotency keys."""
+    """Everything one group commit writes, atomically, at seqs its reservation holds (or, when
+    it creates the topic, the head put with the first frame): the frame, inline tag-index
+    entries, idempotency keys, and a guarded append's new ext."""
 
     topic: str
-    expected: Head | None  # live head we read (None: create; deleted marker: recreate)
+    expected: Head | None  # live head the seqs were reserved on (None: create; marker: recreate)
     new_head: Head | None  # full head to put when creating
     first_seq: int
     last_seq: int
@@ -151,21 +176,22 @@ class AppendCommit:
     tag_entries: list[TagEntry]
     tag_pending: bool
     idem: list[IdemEntry]
-    max_count: int | None = None  # discard:"reject" caps: head count must stay <= this
-    max_bytes: int | None = None
-    expires_s: int | None = None  # DynamoDB TTL of the frame item (lossy durability classes)
-    # Guarded appends: the head's ext must still equal ext_expected, and becomes ext_new.
+    expires_s: int | None = None  # DynamoDB TTL of the frame item
+    # Guarded appends that change the ext (a close, a producer's seq, a flag namespace's
+    # tree) are serialized: no reservation, the head moves with the frame in one transaction,
+    # iff its seqs and ext are still as `expected` (so a reader never sees the head's seqs
+    # and its ext apart, and everyone who judged on the old ext is ordered before it); the
+    # ext becomes ext_new. The caps, for such a commit, are checked in it.
     ext_expected: str | None = None
     ext_new: str | None = None
+    max_count: int | None = None
+    max_bytes: int | None = None
     # The commit id (and ClientRequestToken): the same for every attempt of this commit, so
     # a retry recognises its own earlier success (storage/ddb.py). None: the adapter picks.
     cid: str | None = None
-    # One conditional write of the frame alone (no head write): an append with no condition
-    # beyond a free frame key (docs/storage.md "One write per append"). The frame carries
-    # the cumulative counters below either way.
+    # The frame alone, one conditional put at the reserved key (no other item to write).
     single: bool = False
-    appended: int = 0  # records appended in the epoch through last_seq
-    appended_bytes: int = 0
+    appended_bytes: int = 0  # the log's cumulative reserved payload bytes through last_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +219,7 @@ class DeleteCommit:
     new_earliest: int | None
     expected_sealed: int = 0
     segments: list[FrameDelete] = field(default_factory=list)
+    partitions: int = 1  # the incarnation's (Head.partitions): where each frame key lives
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +234,10 @@ class FrameSummary:
     deleted_bytes: int
     spill_key: str | None
     expires_s: int | None = None  # its DynamoDB TTL, if it has one
+    hole: bool = False  # a reserved span no append committed: no records
+    # A hole's reserved payload bytes, when its writer left it (a reader's fill cannot know
+    # them: 0); bytes counts it is in the head's counters until a seal or eviction passes it.
+    void_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +266,11 @@ class SealCommit:
 
     head: Head
     segment: SegmentItem
-    sealed_bytes: int
+    sealed_bytes: int  # payload bytes the seal passes (records, and holes' known bytes)
+    # What the holes in the sealed span held in the live counters (reserved by appends that
+    # never committed): the seal takes them out.
+    void_records: int = 0
+    void_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +287,10 @@ class EvictCommit:
 
 
 class AppendRejected(Exception):
-    """The append transaction was cancelled. `head_conflict` means the head moved (re-read and
-    retry); `idem_hits` maps idempotency keys that already exist to their original seqs."""
+    """A reservation or an append's write was refused. `head_conflict`: the head is not as
+    the attempt saw it (re-judge on `current_head`, when known, and retry); `idem_hits` maps
+    idempotency keys that already exist to their original seqs; `slot_lost`: the reserved key
+    was filled as a hole before the frame got there (reserve again)."""
 
     def __init__(
         self,
@@ -261,31 +298,40 @@ class AppendRejected(Exception):
         idem_hits: dict[str, IdemHit | None],
         current_head: Head | None = None,
         *,
-        unconfirmed: bool = False,
-        stepped: bool = False,
+        slot_lost: bool = False,
     ) -> None:
-        super().__init__("append transaction cancelled")
+        super().__init__("append refused")
         self.head_conflict = head_conflict
         self.idem_hits = idem_hits
-        # The head as the failed condition saw it (saves a read on the retry), when known.
         self.current_head = current_head
-        # Several attempts were sent and no frame stands where ours would: if the head shows
-        # those seqs trimmed or evicted since, whether ours applied can no longer be seen.
-        self.unconfirmed = unconfirmed
-        # `current_head` is the head stepped past the single-write frame that holds our key
-        # (nothing was read): more frames may stand beyond it, so it is a guess to retry on
-        # at once, and a verdict that writes nothing is not final on it.
-        self.stepped = stepped
+        self.slot_lost = slot_lost
 
 
 class HeadStore(Protocol):
     def get(self, topic: str, *, consistent: bool = True) -> Head | None: ...
+    # The sequencer: one atomic counter step on the head item hands out `n` seqs (and moves
+    # the counters by n records, nbytes bytes), iff the head's epoch and config are as read,
+    # it is live, its ext equals `ext` (None: any) and the caps hold (count <= max_count,
+    # bytes <= max_bytes before it). Never conflicts with other reservations. Raises
+    # AppendRejected(head_conflict=True, current_head=...) when the condition fails.
+    def reserve(
+        self,
+        head: Head,
+        n: int,
+        nbytes: int,
+        ts: int,
+        *,
+        ext: str | None = None,
+        max_count: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Reservation: ...
     def get_many(
         self, topics: Sequence[str], *, consistent: bool = True
     ) -> dict[str, Head]: ...  # one BatchGetItem per 100 names; absent topics are left out
     def create(self, head: Head, *, replacing: Head | None) -> bool: ...
     def put_config(self, head: Head, config: dict[str, Any]) -> bool: ...
-    def put_ext(self, head: Head, ext: str) -> bool: ...  # iff head_seq and ext unchanged
+    # iff head_seq (nothing reserved since) and ext unchanged
+    def put_ext(self, head: Head, ext: str) -> bool: ...
     def mark_deleted(
         self, head: Head, *, if_empty: bool, if_ext: str | None = None
     ) -> bool: ...  # if_ext: iff the ext attribute still holds it
@@ -305,6 +351,9 @@ KnownRecords = Callable[[int, int], list[StoredRecord] | None]
 
 class LogTailStore(Protocol):
     def commit_append(self, commit: AppendCommit) -> bool: ...  # True: applied earlier
+    # Frames are read as a chain: the frame holding after_seq + 1, then the one keyed by its
+    # last seq + 1, and so on; a read stops before the first key nothing stands at (a slot
+    # reserved and not yet written, or one a seal or eviction has since taken).
     def read_frames(
         self,
         head: Head,
@@ -320,16 +369,26 @@ class LogTailStore(Protocol):
     def tag_lookup(self, head: Head, tag: str, prefix: bool) -> list[TagEntry]: ...
     def write_tag_entries(self, head: Head, entries: Sequence[TagEntry]) -> None: ...
     def commit_delete(self, commit: DeleteCommit) -> bool: ...
+    # The chain's frames with last_seq > after_seq and first_seq <= upto_seq (at most
+    # `limit`); `every`: every frame item in that span of keys instead, holes off the chain
+    # (a fill that raced a late commit) included, for deleting them all.
     def frame_summaries(
-        self, head: Head, after_seq: int, upto_seq: int, limit: int
-    ) -> list[FrameSummary]: ...  # frames with last_seq > after_seq and first_seq <= upto_seq
+        self, head: Head, after_seq: int, upto_seq: int, limit: int, *, every: bool = False
+    ) -> list[FrameSummary]: ...
     def delete_frames(self, head: Head, frame_seqs: Sequence[int]) -> None: ...
     def commit_evict(self, commit: EvictCommit) -> bool: ...
     def set_trimmed(self, head: Head, trimmed_through: int) -> bool: ...
-    # Store `head` (read with frames past its stored item) as the head item: iff the item is
-    # still the checkpoint `head.stored` describes. Before frames past the stored item may
-    # be deleted, the item must be brought past them.
-    def checkpoint(self, head: Head) -> bool: ...
+    # A hole at `first_seq` (covering through `last_seq`: the owner of a reservation that
+    # wrote nothing knows its span; a reader filling a slot nobody wrote covers that one seq),
+    # iff the key is free: the frame (or hole) standing there afterwards.
+    def fill_hole(
+        self,
+        head: Head,
+        first_seq: int,
+        last_seq: int | None = None,
+        void_bytes: int = 0,
+        expires_s: int | None = None,
+    ) -> Frame: ...
 
 
 class SegmentStore(Protocol):

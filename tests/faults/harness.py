@@ -49,7 +49,7 @@ class FaultProxyProcess:
         return dict(r.json())
 
     def calm(self) -> dict[str, Any]:
-        return self.set(drop=0.0, timeout=0.0, error=0.0, throttle=0.0, slow=0.0)
+        return self.set(drop=0.0, timeout=0.0, error=0.0, throttle=0.0, slow=0.0, stall=0.0)
 
     def stats(self) -> dict[str, Any]:
         r = httpx.get(f"{self.url}/__faults__", timeout=10)

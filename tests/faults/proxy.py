@@ -9,7 +9,9 @@ and, per request, picks a fault from a seeded plan:
             timeout fires first);
 - error:    answer 500 InternalServerError without forwarding;
 - throttle: answer 400 ThrottlingException without forwarding;
-- slow:     forward, then answer `slow_ms` late.
+- slow:     forward, then answer `slow_ms` late;
+- stall:    hold the request without forwarding it, until the client goes away (a writer
+            killed while its request is on the way: it never reaches storage).
 
 `drop` and `timeout` apply to writes only (they are what makes a retry find its own earlier
 success); the others to every request. A control path, `/__faults__`, answers the counts
@@ -53,6 +55,7 @@ class Plan:
     throttle: float = 0.0
     slow: float = 0.0
     slow_ms: int = 200
+    stall: float = 0.0
     hold_s: float = 3.0
     seed: int = 1
     only: list[str] = field(default_factory=list)  # API names faulted (empty: all)
@@ -67,6 +70,11 @@ class Stats:
     error: int = 0
     throttle: int = 0
     slow: int = 0
+    stall: int = 0
+    # answers that refused a write's condition (a lost race, a key already taken), seen at
+    # the wire, and every forwarded request, per API
+    refused: int = 0
+    forwarded_by_api: dict[str, int] = field(default_factory=dict)
     by_api: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def count(self, api: str, kind: str) -> None:
@@ -95,6 +103,7 @@ class FaultProxy:
             ("error", p.error),
             ("throttle", p.throttle),
             ("slow", p.slow),
+            ("stall", p.stall),
         ):
             if r < prob:
                 return kind
@@ -115,6 +124,10 @@ class FaultProxy:
                 api = _api(head)
                 self.stats.requests += 1
                 kind = self.choose(api)
+                if kind == "stall":
+                    self.stats.count(api, kind)
+                    await reader.read()  # nothing is forwarded; wait for the client to go
+                    return
                 if kind in ("error", "throttle"):
                     self.stats.count(api, kind)
                     payload = _ERROR if kind == "error" else _THROTTLE
@@ -129,6 +142,10 @@ class FaultProxy:
                 await up_writer.drain()
                 response = await _read_response(up_reader)
                 self.stats.forwarded += 1
+                per = self.stats.forwarded_by_api
+                per[api] = per.get(api, 0) + 1
+                if b"ConditionalCheckFailed" in response:
+                    self.stats.count(api, "refused")
                 if kind is not None:
                     self.stats.count(api, kind)
                 if kind in ("drop", "timeout"):
@@ -238,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--port", type=int, required=True)
-    for name in ("drop", "timeout", "error", "throttle", "slow"):
+    for name in ("drop", "timeout", "error", "throttle", "slow", "stall"):
         ap.add_argument(f"--{name}", type=float, default=0.0)
     ap.add_argument("--slow-ms", type=int, default=200)
     ap.add_argument("--hold-s", type=float, default=3.0)
@@ -250,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         error=args.error,
         throttle=args.throttle,
         slow=args.slow,
+        stall=args.stall,
         slow_ms=args.slow_ms,
         hold_s=args.hold_s,
         seed=args.seed,

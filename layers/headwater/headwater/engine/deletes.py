@@ -80,9 +80,12 @@ class RecordDeletes:
             return 0, head
         count, nbytes = self.scan.live_between(head, head.earliest_seq, upper)
         new_es = self.scan.first_live(head, upper)
-        if not self._move_floor(head, new_es, count, nbytes):
+        # holes below the new floor leave the counters with the records (docs/storage.md
+        # "The sequencer": a hole's seqs count until something passes it)
+        void_n, void_b = self.scan.voids_between(head, head.earliest_seq, new_es)
+        if not self._move_floor(head, new_es, count + void_n, nbytes + void_b):
             return None
-        return count, after_delete(head, count, nbytes, new_es)
+        return count, after_delete(head, count + void_n, nbytes + void_b, new_es)
 
     def _tagged(self, head: Head, upper: int, match: TagMatch) -> tuple[int, Head] | None:
         self.complete_tag_index(head)
@@ -158,13 +161,17 @@ class RecordDeletes:
             cur = after_delete(cur, c_n, c_b, None)
         new_es = self.scan.first_live(cur, cur.earliest_seq)
         if new_es != cur.earliest_seq:
-            while not self._move_floor(cur, new_es):
+            void_n, void_b = self.scan.voids_between(cur, cur.earliest_seq, new_es)
+            while not self._move_floor(cur, new_es, void_n, void_b):
                 fresh_head = c.heads.get(cur.topic)
                 if fresh_head is None or fresh_head.deleted:
                     break
                 cur = fresh_head
                 new_es = self.scan.first_live(cur, cur.earliest_seq)
-            cur = dataclasses.replace(cur, earliest_seq=new_es, del_ver=cur.del_ver + 1)
+                void_n, void_b = self.scan.voids_between(cur, cur.earliest_seq, new_es)
+            cur = dataclasses.replace(
+                after_delete(cur, void_n, void_b, new_es), del_ver=cur.del_ver + 1
+            )
         return count, cur
 
     def _sealed_marks(self, head: Head, seqs: list[int]) -> list[tuple[bool, FrameDelete]]:

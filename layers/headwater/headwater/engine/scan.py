@@ -131,6 +131,24 @@ class FrameScan:
                 return
             after = moved
 
+    def voids_between(self, head: Head, lo: int, hi: int) -> tuple[int, int]:
+        """Seqs and bytes of the holes with lo <= seq < hi in the unsealed tail: reserved by
+        appends that never committed, still in the head's counters (a seal takes out the
+        ones it passes)."""
+        c = self.core
+        after = max(lo - 1, head.sealed_through)
+        n = nbytes = 0
+        while after < hi - 1:
+            summaries = c.tail.frame_summaries(head, after, hi - 1, 256)
+            if not summaries:
+                break
+            for f in summaries:
+                if f.hole:
+                    n += min(f.last_seq, hi - 1) - max(f.first_seq, lo) + 1
+                    nbytes += f.void_bytes
+                after = f.last_seq
+        return n, nbytes
+
     def first_live(self, head: Head, start: int) -> int:
         """First seq >= start that is not deleted (head_seq + 1 if none)."""
         for rec, frame in self.records_between(head, start, head.head_seq + 1):

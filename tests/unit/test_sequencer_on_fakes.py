@@ -1,0 +1,203 @@
+"""The sequencer on the in-memory fakes (docs/storage.md "The sequencer"): slots reserved and
+not written, what readers do about them, holes, and the counters. A writer that "dies"
+between its reservation and its frame write is played by a reservation made directly on the
+head store and never followed by a write. The fakes' hole timeout is 50 ms (processes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from headwater.engine.ports import AppendCommit, AppendRejected, Head
+from headwater.engine.records import NewRecord, encode_records
+from headwater.engine.values import DiffRequest
+from tests.fakes.processes import ManualClock, Process, datas, processes, rec, req
+
+pytestmark = pytest.mark.unit
+
+TOPIC = "orders"
+
+
+def _frame(head: Head, first: int, record: NewRecord) -> AppendCommit:
+    """The frame put a writer sends at its reserved seq (what Appender builds)."""
+    return AppendCommit(
+        topic=head.topic,
+        expected=head,
+        new_head=None,
+        first_seq=first,
+        last_seq=first,
+        ts=0,
+        blob=encode_records([record]),
+        spill_key=None,
+        payload_bytes=record.size,
+        tag_entries=[],
+        tag_pending=False,
+        idem=[],
+        single=True,
+    )
+
+
+def _reserve(p: Process, n: int = 1, nbytes: int = 10) -> tuple[int, int]:
+    head = p.engine.core.heads.get(TOPIC)
+    assert head is not None
+    rsv = p.engine.core.heads.reserve(head, n, nbytes, p.engine.core.clock())
+    return rsv.first_seq, rsv.last_seq
+
+
+def test_a_reader_fills_the_slot_of_a_writer_that_died_and_reads_on() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.append(TOPIC, req(rec(x=1)))
+            # GIVEN process A reserved seq 2 and died before writing its frame
+            assert _reserve(a) == (2, 2)
+            # AND process B appended after it
+            got = await b.engine.append(TOPIC, req(rec(x=3)))
+            assert got.first_seq == 3
+            # WHEN B reads the topic
+            res = await b.engine.diff(TOPIC, DiffRequest(from_seq=0, limit=100))
+            # THEN it waited for the slot, filled it, and read on: every record, in order
+            assert datas([r for r in await b.history(TOPIC)]) == [{"x": 1}, {"x": 3}]
+            assert len(res.records) == 2 and res.next_from_seq == 3
+            assert b.engine.core.slots.filled == 1
+            frame = b.stores.tail.get_frames(res.head, [2])[2]
+            assert (frame.hole, frame.first_seq, frame.last_seq) == (True, 2, 2)
+
+    asyncio.run(scenario())
+
+
+def test_a_reader_never_skips_a_slot_that_can_still_commit() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.append(TOPIC, req(rec(x=1)))
+            head = a.engine.core.heads.get(TOPIC)
+            assert head is not None
+            # GIVEN A reserved seq 2 (its frame is on its way) and B appended seq 3
+            first, _ = _reserve(a)
+            await b.engine.append(TOPIC, req(rec(x=3)))
+
+            # WHEN a reader reads while A's frame lands 20 ms later (within the timeout)
+            def land() -> None:
+                time.sleep(0.02)
+                a.stores.tail.commit_append(_frame(head, first, rec(x=2)))
+
+            writer = threading.Thread(target=land)
+            writer.start()
+            res = await b.engine.diff(TOPIC, DiffRequest(from_seq=0, limit=100))
+            writer.join()
+            # THEN it read all three in order, filling nothing
+            assert [r.seq for r in await b.history(TOPIC)] == [1, 2, 3]
+            assert len(res.records) == 3
+            assert b.engine.core.slots.filled == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_late_writer_whose_slot_was_filled_reserves_again() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.append(TOPIC, req(rec(x=1)))
+            head = a.engine.core.heads.get(TOPIC)
+            assert head is not None
+            first, _ = _reserve(a)
+            # GIVEN a reader filled A's slot (A was past the timeout)
+            b.stores.tail.fill_hole(head, first)
+            # WHEN A's frame put arrives THEN its slot is lost, nothing written there
+            with pytest.raises(AppendRejected) as rej:
+                a.stores.tail.commit_append(_frame(head, first, rec(x=2)))
+            assert rej.value.slot_lost
+            # AND through the engine, such an append reserves again and lands once
+            got = await a.engine.append(TOPIC, req(rec(x=2)))
+            assert got.first_seq == 3
+            assert [(r.seq, r.data) for r in await a.history(TOPIC)] == [
+                (1, {"x": 1}),
+                (3, {"x": 2}),
+            ]
+
+    asyncio.run(scenario())
+
+
+def test_an_abandoned_reservation_of_several_seqs_waits_once_and_fills_each() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.append(TOPIC, req(rec(x=1)))
+            # GIVEN a dead reservation of 3 seqs (a batch) and a record after it
+            assert _reserve(a, 3, 30) == (2, 4)
+            await b.engine.append(TOPIC, req(rec(x=5)))
+            # WHEN B reads THEN the 3 seqs are holes (one each: a reader cannot know the
+            # span) and the record after them is read
+            started = time.monotonic()
+            res = await b.engine.diff(TOPIC, DiffRequest(from_seq=0, limit=100))
+            waited = time.monotonic() - started
+            assert [r.seq for r in await b.history(TOPIC)] == [1, 5]
+            assert len(res.records) == 2 and b.engine.core.slots.filled == 3
+            # the three seqs were reserved together: the reader waited for the first only
+            # (50 ms), not three times (generous bound for a loaded machine)
+            assert waited < 3.0
+
+    asyncio.run(scenario())
+
+
+def test_a_seal_passes_holes_and_takes_them_out_of_the_counters() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.put_topic(TOPIC, {})
+            await a.engine.append(TOPIC, req(rec(x=1), rec(x=2)))
+            _reserve(a, 2, 20)  # 3-4: dead
+            await b.engine.append(TOPIC, req(rec(x=5)))
+            head = await b.engine.head_of(TOPIC)
+            assert head is not None and (head.count, head.bytes) == (5, 50)
+            # WHEN upkeep seals (the age rule, forced: seal_age 0 via a clock far ahead)
+            b.engine.core.clock.advance(3_600_000)  # type: ignore[attr-defined]
+            b.upkeep.run(TOPIC)
+            after = await b.engine.head_of(TOPIC)
+            assert after is not None
+            # THEN the segment holds the three records, and the counters no longer count the
+            # hole's seqs (its bytes are unknown to a reader's fill: they stay counted)
+            assert after.sealed_through == 5
+            assert after.count == 3
+            assert [r.seq for r in await b.history(TOPIC)] == [1, 2, 5]
+
+    asyncio.run(scenario())
+
+
+def test_a_prefix_delete_past_a_hole_leaves_the_topic_empty() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.put_topic(TOPIC, {"durability": "memory"})
+            await a.engine.append(TOPIC, req(rec(x=1)))
+            _reserve(a)  # 2: dead
+            await b.engine.append(TOPIC, req(rec(x=3)))
+            await b.engine.diff(TOPIC, DiffRequest(from_seq=0, limit=100))  # fills 2
+            # WHEN every record is deleted
+            out = await b.engine.delete_records(TOPIC, None, None)
+            # THEN two records were deleted, and the topic counts none (the hole too)
+            assert out.deleted == 2
+            head = await b.engine.head_of(TOPIC)
+            assert head is not None and (head.count, head.earliest_seq) == (0, 4)
+
+    asyncio.run(scenario())
+
+
+def test_a_writers_own_failed_seqs_are_filled_at_once_with_their_bytes() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.append(TOPIC, req(rec(x=1), key="k"))
+            # GIVEN B's cached head does not know the key is taken (its read of the key is
+            # skipped by a stale process cache), so it reserves and its commit is refused
+            real = b.stores.tail.get_idempotency
+            b.stores.tail.get_idempotency = lambda *a_, **k_: None  # type: ignore[method-assign]
+            got = await b.engine.append(TOPIC, req(rec(x=1), key="k"))
+            b.stores.tail.get_idempotency = real  # type: ignore[method-assign]
+            # THEN it answers the original seqs, and the seq it reserved is a hole it filled
+            # itself, carrying the bytes it had reserved (no reader waits for it)
+            assert (got.first_seq, got.deduped) == (1, True)
+            head = await b.engine.head_of(TOPIC)
+            assert head is not None and head.head_seq == 2
+            hole = b.stores.tail.get_frames(head, [2])[2]
+            assert (hole.hole, hole.void_bytes) == (True, 10)
+            assert b.engine.core.slots.filled == 0
+
+    asyncio.run(scenario())

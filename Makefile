@@ -79,12 +79,12 @@ fmt: deps-py
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# sam build needs a real python3.12 (the Lambda runtime) first on PATH; with pyenv, pick
-# its newest 3.12 (a bare pyenv shim does not resolve under this project's 3.11 pin).
+# sam build needs a real python3.13 (the Lambda runtime) first on PATH; with pyenv, pick
+# its newest 3.13 (a bare pyenv shim does not resolve under this project's 3.11 pin).
 build: deps-sam
-	@py=$$(PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -1) \
-	       python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null); \
-	test -n "$$py" || { echo "sam build needs python3.12 (pyenv install 3.12, or apt)"; exit 1; }; \
+	@py=$$(PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.13\.[0-9]+$$' | tail -1) \
+	       python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null); \
+	test -n "$$py" || { echo "sam build needs python3.13 (pyenv install 3.13, or apt)"; exit 1; }; \
 	echo "sam build with $$py"; \
 	PATH="$$(dirname $$py):$$PATH" SAM_CLI_TELEMETRY=0 \
 	  $(SAMVENV)/bin/sam build --template template.yaml --build-dir .aws-sam/build

@@ -12,7 +12,7 @@ factory call. Each child times the import with perf_counter and its CPU with get
 replaces socket.connect/getaddrinfo with a guard that records and refuses any attempt
 (importing must not touch the network: an attempt counts as an error).
 
---built measures what ships instead: python3.12 (the Lambda runtime) with -S over a `sam
+--built measures what ships instead: python3.13 (the Lambda runtime) with -S over a `sam
 build` directory (made now in a temporary directory unless one is given): each function's
 built code and the built layer, bytecode included, and nothing else importable. Its results
 go to latest-coldstart-built.json.
@@ -66,7 +66,7 @@ TARGET_RATIO = 1.3
 NO_BYTECODE_RUNS = 3  # runs of the import without bytecode (it only shows what .pyc saves)
 STACK = "headwater-bench"
 REGION = "us-east-1"
-LAMBDA_RUNTIME_PY = "3.12"
+LAMBDA_RUNTIME_PY = "3.13"  # template.yaml's Runtime (python3.13)
 
 INIT_BILLING = {
     "source_url": "https://aws.amazon.com/blogs/compute/aws-lambda-standardizes-billing-for-init-phase/",
@@ -321,16 +321,19 @@ RUNTIME = Runtime(sys.executable)
 LAYER = "HeadwaterLayer"  # template.yaml's layer (its built directory under the build dir)
 
 
-def find_python312() -> str:
-    """The Lambda runtime's Python here: python3.12 on PATH, or pyenv's newest 3.12."""
+def find_lambda_python() -> str:
+    """The Lambda runtime's Python here (LAMBDA_RUNTIME_PY): python3.13 on PATH, or pyenv's
+    newest 3.13.x (a bare pyenv shim does not resolve under this project's 3.11 pin)."""
     env = dict(os.environ)
     if shutil.which("pyenv"):
         versions = subprocess.run(
             ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False
         ).stdout.split()
-        v312 = sorted(v for v in versions if v.startswith(LAMBDA_RUNTIME_PY))
-        if v312:
-            env["PYENV_VERSION"] = v312[-1]
+        # plain CPython 3.13.N only (not 3.13.0t, 3.13-dev, ...), the newest patch release
+        pattern = re.compile(re.escape(LAMBDA_RUNTIME_PY) + r"\.(\d+)")
+        patches = {int(m.group(1)): v for v in versions if (m := pattern.fullmatch(v))}
+        if patches:
+            env["PYENV_VERSION"] = patches[max(patches)]
     out = subprocess.run(
         [f"python{LAMBDA_RUNTIME_PY}", "-c", "import sys; print(sys.executable)"],
         capture_output=True,
@@ -647,7 +650,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     global RUNTIME
     with contextlib.ExitStack() as stack:
         if args.built:
-            python = find_python312()
+            python = find_lambda_python()
             build = (
                 sam_build(python, Path(stack.enter_context(tempfile.TemporaryDirectory())))
                 if args.built == "auto"

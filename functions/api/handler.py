@@ -32,7 +32,7 @@ logger = function_logger()  # the core's loggers write through it too
 metrics = Metrics()
 
 # The Lambda runtime calls the handler on one thread; give it a loop explicitly (Mangum's
-# own asyncio.get_event_loop() fallback warns on 3.12 and is gone in 3.14).
+# own asyncio.get_event_loop() fallback warns on 3.12 and 3.13 and is gone in 3.14).
 asyncio.set_event_loop(asyncio.new_event_loop())
 # lifespan "off": Mangum would run the app's startup and shutdown around every invocation;
 # the app initialises lazily instead and lives as long as the execution environment.

@@ -1,5 +1,5 @@
 """`sam build` produces the Lambda artifacts, and the built layer works on the Lambda runtime's
-Python (3.12): the app imports, builds, and answers /v0/health through the API handler."""
+Python (3.13): the app imports, builds, and answers /v0/health through the API handler."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """python3.12 and a `sam build` of template.yaml made with it."""
-    py312 = bench_coldstart.find_python312()  # python3.12 (the Lambda runtime)
+    """python3.13 (the Lambda runtime) and a `sam build` of template.yaml made with it."""
+    python = bench_coldstart.find_lambda_python()
     sam = REPO / ".venv-sam" / "bin" / "sam"
     assert sam.exists(), "run `make deps-sam`"
     build_dir = tmp_path_factory.mktemp("sam") / "build"
     env = {
         **os.environ,
-        "PATH": f"{Path(py312).parent}:{os.environ['PATH']}",
+        "PATH": f"{Path(python).parent}:{os.environ['PATH']}",
         "SAM_CLI_TELEMETRY": "0",
     }
     result = subprocess.run(
@@ -38,11 +38,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return py312, build_dir
+    return python, build_dir
 
 
-def test_sam_build_layer_serves_on_python312(built: tuple[str, Path]) -> None:
-    py312, build_dir = built
+def test_sam_build_layer_serves_on_the_lambda_python(built: tuple[str, Path]) -> None:
+    python, build_dir = built
     layer = build_dir / "HeadwaterLayer" / "python"
     assert (layer / "headwater" / "http" / "app.py").exists()
     # only what runs on Lambda ships: no local emulator or dev server
@@ -52,9 +52,9 @@ def test_sam_build_layer_serves_on_python312(built: tuple[str, Path]) -> None:
     # (/opt is read-only: a module without bytecode is compiled on every cold start)
     sources = list(layer.rglob("*.py"))
     pycs = list(layer.rglob("*.pyc"))
-    assert sources and {p.name.split(".")[-2] for p in pycs} == {"cpython-312"}
+    assert sources and {p.name.split(".")[-2] for p in pycs} == {"cpython-313"}
     uncompiled = [
-        p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.cpython-312.pyc").exists()
+        p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.cpython-313.pyc").exists()
     ]
     assert not uncompiled, uncompiled[:5]
     for pyc in (layer / "headwater" / "engine" / "__pycache__").glob("*.pyc"):
@@ -62,7 +62,7 @@ def test_sam_build_layer_serves_on_python312(built: tuple[str, Path]) -> None:
         assert flags == 0b01, (pyc, flags)  # PEP 552: hash-based, check_source off
     api = build_dir / "ApiFunction" / "handler.py"
     assert api.exists()
-    # Invoke the built API handler on python3.12 with only the built layer + function code
+    # Invoke the built API handler on python3.13 with only the built layer + function code
     # (-S: no site-packages, so nothing outside the artifacts can satisfy an import).
     event = json.loads((REPO / "tests" / "events" / "01_health_get.json").read_text())
     script = (
@@ -81,7 +81,7 @@ def test_sam_build_layer_serves_on_python312(built: tuple[str, Path]) -> None:
         "print(json.dumps(missing))\n"
     )
     run = subprocess.run(
-        [py312, "-S", "-B", "-W", "error::DeprecationWarning", "-c", script, str(layer)],
+        [python, "-S", "-B", "-W", "error::DeprecationWarning", "-c", script, str(layer)],
         cwd=api.parent,
         env={
             "PYTHONPATH": f"{layer}:{api.parent}",
@@ -104,7 +104,7 @@ def test_sam_build_layer_serves_on_python312(built: tuple[str, Path]) -> None:
     assert json.loads(resp["body"])["status"] == "ok"
 
 
-def test_the_cold_start_bench_measures_the_built_artifacts_on_python312(
+def test_the_cold_start_bench_measures_the_built_artifacts_on_the_lambda_python(
     built: tuple[str, Path], tmp_path: Path
 ) -> None:
     """bench_coldstart --built: the functions and the layer as `sam build` made them, bytecode
@@ -114,7 +114,7 @@ def test_the_cold_start_bench_measures_the_built_artifacts_on_python312(
     result = bench_coldstart.main(["--quick", f"--built={build_dir}", f"--out={out}"])
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     runtime = result["params"]["runtime"]
-    assert runtime["python"].startswith("3.12.") and runtime["artifacts"].startswith("sam build")
+    assert runtime["python"].startswith("3.13.") and runtime["artifacts"].startswith("sam build")
     assert result["errors"] == 0
     assert result["artifacts"]["source"] == f"sam build ({build_dir})"
     for row in result["functions"]:

@@ -111,7 +111,7 @@ def test_every_request_carries_one_user_agent_built_once(monkeypatch: pytest.Mon
     # GIVEN the shared DynamoDB client, each request answered at the wire
     from botocore.useragent import UserAgentString
 
-    monkeypatch.setenv("AWS_EXECUTION_ENV", "AWS_Lambda_python3.12")
+    monkeypatch.setenv("AWS_EXECUTION_ENV", "AWS_Lambda_python3.13")
     ddb = _clients("http://127.0.0.1:9", monkeypatch).dynamodb
     agents: list[str] = []
 
@@ -136,5 +136,5 @@ def test_every_request_carries_one_user_agent_built_once(monkeypatch: pytest.Mon
     assert len(agents) == 3 and len(set(agents)) == 1
     parts = agents[0].split()
     assert parts[0] == f"Boto3/{boto3.__version__}" and f"Botocore/{botocore.__version__}" in parts
-    assert f"headwater/{__version__}" in parts and "exec-env/AWS_Lambda_python3.12" in parts
+    assert f"headwater/{__version__}" in parts and "exec-env/AWS_Lambda_python3.13" in parts
     assert built == []

@@ -28,7 +28,7 @@ def user_agent() -> str:
         f"Python/{platform.python_version()}",
         f"headwater/{__version__}",
     ]
-    env = os.environ.get("AWS_EXECUTION_ENV")  # AWS_Lambda_python3.12 on Lambda, as botocore
+    env = os.environ.get("AWS_EXECUTION_ENV")  # AWS_Lambda_python3.13 on Lambda, as botocore
     if env:
         parts.append(f"exec-env/{env}")
     return " ".join(parts)

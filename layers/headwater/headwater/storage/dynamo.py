@@ -44,7 +44,7 @@ from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
 from headwater.storage.ddb import opt_int_of as _opt_i
 from headwater.storage.ddb import text as _s
-from headwater.storage.frame_chain import FrameChain
+from headwater.storage.frame_chain import DynamoFrameChain
 from headwater.storage.schema import HEADS, INDEX, LOG
 
 LIVE_GSI_KEY = "topic"
@@ -440,9 +440,9 @@ class DynamoLogTailStore:
         # Spilled frames of one read are fetched concurrently, and a chain read queries its
         # partitions together; one pool for the adapter.
         self._blob_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-s3")
-        self._chain = FrameChain(
+        self._chain = DynamoFrameChain(
             client,
-            self._log_table,
+            settings,
             ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-chain"),
         )
 
@@ -748,7 +748,7 @@ class DynamoLogTailStore:
         max_bytes: int = 0,
         known: KnownRecords | None = None,
     ) -> list[Frame]:
-        """The chain from the frame holding after_seq + 1 (frame_chain.FrameChain.walk), up
+        """The chain from the frame holding after_seq + 1 (frame_chain.DynamoFrameChain.walk), up
         to the frame that fills the budget (records after `after_seq`, payload bytes)."""
         items: list[dict[str, Any]] = []
         got = nbytes = 0

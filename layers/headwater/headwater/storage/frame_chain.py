@@ -16,10 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from headwater.engine.ports import Head, frame_partition
+from headwater.settings import Settings
 from headwater.storage.ddb import call as _call
 from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
 from headwater.storage.ddb import text as _s
+from headwater.storage.schema import LOG
 
 Item = dict[str, Any]
 MAX_PAGE = 64
@@ -68,12 +70,12 @@ class _Partition:
         return self.items.get(key)
 
 
-class FrameChain:
-    """The chain reads of one log table."""
+class DynamoFrameChain:
+    """The chain reads of the log table (DynamoLogTailStore's, over its client)."""
 
-    def __init__(self, client: Any, table: str, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, client: Any, settings: Settings, pool: ThreadPoolExecutor) -> None:
         self._ddb = client
-        self._table = table
+        self._table = settings.table_name(LOG.logical)
         self._pool = pool
 
     def walk(

@@ -34,7 +34,7 @@ Modules:
   sim       the event kernel (Sim, Signal) and token buckets
   model     Model: clients, environments, group commit, retried storage calls; simulate()
   measure   the local measurement through the engine, and the inputs derived from it
-  validate  measured vs modelled
+  validate  measured vs modelled: the in-process measurement, and bench_writers' N processes
   report    target verdicts, ceilings, tables, JSON rows
   cli       main(): the run, the report and the results file
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import PRICES
+from bench.harness import LAMBDA_MEMORY_GB, PRICES
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,8 @@ class Platform:
     key_rru_per_s: float = 3000.0
     key_burst_s: float = 0.2  # bucket depth, seconds of rate
     table_wru_per_s: float = 40_000.0
-    write_ms: float = 5.0  # median PutItem / UpdateItem, in region
+    write_ms: float = 5.0  # median PutItem, in region
+    update_ms: float = 5.0  # median UpdateItem (a head: the counter's reservation, a fold)
     txn_ms: float = 10.0  # median TransactWriteItems
     read_ms: float = 3.0  # median GetItem
     s3_put_ms: float = 30.0  # median small PutObject
@@ -41,6 +42,7 @@ class Platform:
     concurrency_limit: int = 1000  # account concurrent executions, default quota
     scale_envs_per_s: float = 100.0  # 1,000 new environments per 10 s per function
     lambda_cpu_scale: float = 1769 / 1024  # 1 GB gets 1024/1769 of a vCPU
+    lambda_memory_gb: float = LAMBDA_MEMORY_GB  # billed GB-s per second in the handler
     lmi_min_envs: int = 3
     lmi_cpu_scale: float = 1.0
     lmi_cpu_target: float = 0.7  # target average CPU utilization of the capacity provider
@@ -67,9 +69,10 @@ ASSUMPTIONS: dict[str, dict[str, str]] = {
         "on-demand-capacity-mode-max-throughput.html",
     },
     "key_burst_s": {"value": "0.2 s of rate per key bucket", "source": "assumption"},
-    "write_ms / txn_ms / read_ms": {
-        "value": "lognormal medians 5 / 10 / 3 ms, sigma 0.4 (single-digit ms in region; a "
-        "transaction ~2x a single write: it prepares and commits)",
+    "write_ms / update_ms / txn_ms / read_ms": {
+        "value": "lognormal medians 5 / 5 / 10 / 3 ms (PutItem / UpdateItem / "
+        "TransactWriteItems / GetItem), sigma 0.4 (single-digit ms in region; a transaction "
+        "~2x a single write: it prepares and commits)",
         "source": "assumption; 'single-digit millisecond' from the DynamoDB paper, USENIX ATC "
         "2022, https://www.usenix.org/conference/atc22/presentation/elhemali",
     },
@@ -140,6 +143,19 @@ ASSUMPTIONS: dict[str, dict[str, str]] = {
         "server, so one process (one group-commit writer per topic) sees them all",
         "source": "https://awslabs.github.io/aws-lambda-web-adapter/features/"
         "managed-instances.html",
+    },
+    "hole fill (design i)": {
+        "value": "a reader waits on every reserved slot and fills it with a hole 1 s after the "
+        "reservation applied (HEADWATER_HOLE_TIMEOUT_MS, counted from the earliest moment a "
+        "reader can see the slot: the worst case for writers); a frame put later than that "
+        "fails (billed), the hole (1 KB) is billed, and the writer reserves again",
+        "source": "assumption; layers/headwater/headwater/engine/slots.py",
+    },
+    "head cache (design i)": {
+        "value": "a process reads a topic's head (GetItem) before its first reservation, and "
+        "again when its cached head is older than 10 s (engine/core.py HEAD_CACHE_MAX_AGE_S); "
+        "each reservation returns the head it moved",
+        "source": "layers/headwater/headwater/engine/core.py, engine/append.py",
     },
     "client retries": {
         "value": "a 429 or 503 is retried by the client with full-jitter back-off 100 ms x "

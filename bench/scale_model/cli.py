@@ -24,19 +24,20 @@ from bench.scale_model.report import (
     TARGET_USD_M,
     brief,
     ceiling,
+    lambda_target_check,
     p99_text,
     report,
     slim,
     target_check,
 )
-from bench.scale_model.validate import validate
+from bench.scale_model.validate import WRITERS_RESULTS, validate, validate_writers
 
 CLIENTS = (1, 10, 100, 300, 1000, 10_000)
 QUICK_CLIENTS = (1, 10, 100)
 TOPICS = (1, 10, 100)  # many topics: T topics x CLIENTS_PER_TOPIC clients, distinct keys
 QUICK_TOPICS = (1, 10)
 CLIENTS_PER_TOPIC = 10
-MANY_TOPIC_DESIGNS = ("a", "e")
+MANY_TOPIC_DESIGNS = ("a", "e", "i")
 
 SENSITIVITY: tuple[tuple[str, Callable[[Platform], Platform]], ...] = (
     ("lost races bill nothing", lambda p: replace(p, conflict_wru=0.0)),
@@ -45,6 +46,7 @@ SENSITIVITY: tuple[tuple[str, Callable[[Platform], Platform]], ...] = (
         lambda p: replace(
             p,
             write_ms=2 * p.write_ms,
+            update_ms=2 * p.update_ms,
             txn_ms=2 * p.txn_ms,
             read_ms=2 * p.read_ms,
             s3_put_ms=2 * p.s3_put_ms,
@@ -62,6 +64,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-measure", action="store_true", help="skip the local measurement")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/...)")
+    ap.add_argument(
+        "--validate-writers",
+        nargs="?",
+        const=str(WRITERS_RESULTS),
+        default=None,
+        metavar="PATH",
+        help="compare bench_writers' results (N one-request processes on DynamoDB Local) "
+        "with the model (default path: bench/results/latest-writers.json; a full run "
+        "does this whenever that file exists)",
+    )
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     clients = [int(x) for x in args.clients.split(",") if x] or list(
@@ -114,6 +126,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r["scaling_vs_1"] = per_topic / base if base else math.nan
             many.append(r)
     validation = validate(measured, inputs, platform, args.seed) if measured else None
+    writers_path = args.validate_writers or (None if args.quick else str(WRITERS_RESULTS))
+    validation_writers = None
+    if writers_path:
+        validation_writers = validate_writers(
+            Path(writers_path), inputs=inputs, platform=platform, seed=args.seed
+        )
+        if validation_writers is None and args.validate_writers:
+            print(f"(no {writers_path}: the bench_writers validation is skipped)", flush=True)
     by = {d.key: [r for r in results if r["design"] == d.key] for d in designs}
     sensitivity = []
     for d in designs:
@@ -150,9 +170,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "results": [slim(r) for r in results],
         "ceilings": {k: ceiling(v) for k, v in by.items() if v},
         "targets": {k: target_check(v) for k, v in by.items() if v},
+        # issue 41, for the designs of single-record requests on standard Lambda
+        "lambda_targets": {
+            d.key: lambda_target_check(by[d.key], [r for r in many if r["design"] == d.key])
+            for d in designs
+            if d.compute == "lambda" and d.records_per_request == 1 and by[d.key]
+        },
         "many_topics": many,
         "sensitivity": sensitivity,
         "validation": validation,
+        "validation_writers": validation_writers,
         "model_seconds": round(time.perf_counter() - t_start, 1),
     }
     print("\n" + report(result))

@@ -65,7 +65,19 @@ class Design:
               commit, however many hops its pointer takes.
 
     hop_learns_newest (slot only): an idealisation, not what DynamoDB returns: a lost race
-      learns the newest frame, as if the failure response carried the tail."""
+      learns the newest frame, as if the failure response carried the tail.
+
+    counter_reads_head (counter only): a process reads the head (GetItem) before its first
+      reservation to a topic, as the built engine does (it judges config and caps on it, and
+      caches the head each reservation returns); the probe (e) skipped that read.
+    hole_timeout_s (counter only): a frame put that lands later than this after its
+      reservation applied finds its slot filled by a reader (CORFU's hole fill,
+      HEADWATER_HOLE_TIMEOUT_MS): the put fails (billed, a lost race), the reader's hole
+      write is billed too, and the writer reserves again. It assumes a reader waits on every
+      slot (the worst case for writers). None: no reader fills (the probe (e)).
+
+    With frame_keys > 1, "counter" places a frame by a hash of its first seq, as the engine
+    does (headwater.engine.ports.frame_partition); the other sequencers by frame number mod P."""
 
     key: str
     name: str
@@ -81,6 +93,8 @@ class Design:
     spill_bytes: int | None = None  # frames larger than this go to S3 (None: the engine's)
     writer_inflight: int = 1  # commits in flight per topic per process ("counter" only)
     hop_learns_newest: bool = False  # "slot": a loser learns the tail (idealised), not n+1
+    counter_reads_head: bool = False  # "counter": a process reads the head before reserving
+    hole_timeout_s: float | None = None  # "counter": a put this late finds its slot filled
 
 
 DESIGNS: tuple[Design, ...] = (
@@ -167,6 +181,22 @@ DESIGNS: tuple[Design, ...] = (
         transaction=False,
         sequencer="slot",
         head_every=64,
+    ),
+    # What was built (c25145a, docs/storage.md "The sequencer"): standard Lambda, one request
+    # per environment; an UpdateItem ADD on the head reserves the seqs (conditional only on
+    # the epoch and config: never loses to another writer; 1 WRU for a head <= 1 KB), then a
+    # PutItem of the frame, inline in DynamoDB, at its reserved key under one of 4 partition
+    # keys chosen by a hash of its first seq. A put later than 1 s finds a reader's hole.
+    Design(
+        "i",
+        "counter-lambda",
+        "built (c25145a): head UpdateItem ADD reserves the seqs (never races), then PutItem "
+        "of the frame at its reserved key, one of 4 partition keys; standard Lambda",
+        transaction=False,
+        sequencer="counter",
+        frame_keys=4,
+        counter_reads_head=True,
+        hole_timeout_s=1.0,
     ),
 )
 

@@ -189,7 +189,6 @@ def _measured(
         for logical in ("heads", "log", "index")
     }
     frames = probe.frames
-    txn_ms = probe.ms.get("TransactWriteItems", [])
     ddb_ms_total = sum(sum(v) for v in probe.ms.values())
     return {
         "appends": n,
@@ -205,15 +204,24 @@ def _measured(
         "frame_records_mean": sum(r for r, _ in frames) / max(len(frames), 1),
         "frame_bytes_mean": sum(b for _, b in frames) / max(len(frames), 1),
         "frame_sizes": _sizes(frames),
-        "txn_ms_p50": percentile(txn_ms, 50),
-        "txn_ms_p99": percentile(txn_ms, 99),
+        # the emulator's wall time per DynamoDB API (UpdateItem, PutItem, GetItem, ...)
+        "api_ms": {api: api_times(ms) for api, ms in sorted(probe.ms.items())},
         "ddb_ms_per_append": ddb_ms_total / n,
         "append_ms_p50": percentile(latencies, 50),
         "append_ms_mean": sum(latencies) / max(len(latencies), 1),
-        "txn_ms_mean": sum(txn_ms) / max(len(txn_ms), 1),
         "append_ms_p99": percentile(latencies, 99),
         "appends_per_s": n / wall_s if wall_s > 0 else math.nan,
         "process_cpu_ms_per_append": 1000 * cpu_s / n,
+    }
+
+
+def api_times(ms: Sequence[float]) -> dict[str, float]:
+    """p50, p99, mean and count of one API's call wall times (ms)."""
+    return {
+        "p50": percentile(ms, 50),
+        "p99": percentile(ms, 99),
+        "mean": sum(ms) / max(len(ms), 1),
+        "calls": float(len(ms)),
     }
 
 
@@ -241,18 +249,21 @@ def fit_frames(frames: Sequence[tuple[int, float]]) -> dict[str, float] | None:
 def cpu_from_bench_v0(path: Path = RESULTS / "latest-v0.json") -> dict[str, Any] | None:
     """Server CPU per request, per commit and per record from bench_v0's latest append runs
     (uvicorn server, moto in its own process, CPU read from /proc): append-b1 (1 commit per
-    request), append-1x32 (group commit) and append-b100 (100 records per request)."""
+    request), append-1x32 (group commit) and append-b100 (100 records per request). A commit
+    is a TransactWriteItems (before c25145a) or a reservation, an UpdateItem (since)."""
     try:
         data = json.loads(path.read_text())
         by = {w["workload"]["name"]: w for w in data["workloads"]}
         b1, g, b100 = by["append-b1"], by["append-1x32"], by["append-b100"]
+        calls = g["aws_calls_per_op"]
+        commit_api = calls.get("DynamoDB.TransactWriteItems") or calls["DynamoDB.UpdateItem"]
+        commits = float(commit_api["calls"])
     except (OSError, KeyError, ValueError):
         return None
 
     def cpu(w: dict[str, Any]) -> float:
         return float(w["cpu_ms_per_op"]["server"])
 
-    commits = g["aws_calls_per_op"]["DynamoDB.TransactWriteItems"]["calls"]
     per_record = (cpu(b100) - cpu(b1)) / 99
     per_commit = (cpu(b1) - cpu(g)) / (1 - commits)
     per_request = cpu(b1) - per_commit - per_record
@@ -286,9 +297,12 @@ def inputs_from(measured: dict[str, Any] | None, cpu: dict[str, Any] | None) -> 
             "bytes_per_record": single["frame_bytes_mean"],
         }
         split = single["wru_per_append_by_table"]
+        # the head is written once per commit: in a transaction (2x its KB) before c25145a,
+        # by the reservation's UpdateItem since
+        txn = "DynamoDB.TransactWriteItems" in single["calls_per_append"]
         inp = replace(
             inp,
-            head_kb=max(1, round(split["heads"] / 2)),
+            head_kb=max(1, round(split["heads"] / (2 if txn else 1))),
             frame_overhead_bytes=fit["overhead_bytes"],
             frame_bytes_per_record=fit["bytes_per_record"],
             spill_bytes=measured["settings"]["spill_threshold_bytes"],

@@ -14,14 +14,23 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.harness import LAMBDA_MEMORY_GB, percentile
+from bench.harness import percentile
 from bench.scale_model.aws import Platform, costs
 from bench.scale_model.designs import DEFAULT_INPUTS, Design, Inputs
 from bench.scale_model.sim import Bucket, Proc, Signal, Sim
 
 MAX_GROUP_RECORDS = 10_000  # Settings.group_commit_max_records
-TXN, WRITE, READ, S3PUT = 0, 1, 2, 3
+HEAD_CACHE_MAX_AGE_S = 10.0  # engine/core.py: a process re-reads a head it has not moved since
+TXN, WRITE, READ, S3PUT, UPDATE = 0, 1, 2, 3, 4  # UPDATE: UpdateItem (the head)
 OK, CONFLICT, FAIL = "ok", "conflict", "fail"
+
+
+def frame_partition(seq: int, partitions: int) -> int:
+    """Which of `partitions` keys holds the frame keyed by `seq`: the engine's multiplicative
+    hash (headwater.engine.ports.frame_partition, restated: the model imports no engine)."""
+    if partitions <= 1:
+        return 0
+    return (((seq * 0x9E3779B1) & 0xFFFFFFFF) * partitions) >> 32
 
 
 @dataclass
@@ -35,6 +44,7 @@ class Stats:
     read_calls: int = 0
     throttled: int = 0
     conflicts: int = 0
+    holes: int = 0  # "counter": frame puts that came after their slot was filled
     wru: float = 0.0
     rru: float = 0.0
     s3_puts: int = 0
@@ -44,13 +54,14 @@ class Stats:
 
 
 class _Env:
-    __slots__ = ("busy", "cpu_at", "free", "head", "writers")
+    __slots__ = ("busy", "cpu_at", "free", "head", "head_at", "writers")
 
     def __init__(self, free: int) -> None:
         self.free = free
         self.cpu_at = 0.0
         self.busy = 0.0  # CPU seconds used in the measurement window
         self.head: dict[int, int] = {}  # topic -> the head (frames committed) this env knows
+        self.head_at: dict[int, float] = {}  # "counter": topic -> when it last learned it
         self.writers: dict[int, _Writer] = {}
 
 
@@ -91,6 +102,7 @@ class Model:
         self.sim = Sim()
         self.stats = Stats()
         self.version = [0] * topics  # frames committed per topic
+        self.seqs = [0] * topics  # "counter": seqs reserved per topic (the head's hs)
         self.folded = [0] * topics  # "slot": the frame count the head was last folded to
         self.heads_table = Bucket("table:heads", p.table_wru_per_s, p.key_burst_s)
         self.log_table = Bucket("table:log", p.table_wru_per_s, p.key_burst_s)
@@ -122,6 +134,7 @@ class Model:
             WRITE: math.log(p.write_ms / 1000),
             READ: math.log(p.read_ms / 1000),
             S3PUT: math.log(p.s3_put_ms / 1000),
+            UPDATE: math.log(p.update_ms / 1000),
         }
         self.window_start = 0.0
         self.open: dict[int, float] = {}  # client -> when its current append was first sent
@@ -162,11 +175,17 @@ class Model:
         bump: int = -1,
         resend: bool = True,
         observe: int = -1,
+        reserve: int = 1,
+        applied: list[float] | None = None,
+        deadline: float = math.inf,
     ) -> Generator[Any, Any, tuple[str, int]]:
         """One retried request. `cond` (topic, expected frames): applies only if the topic's
         frame count is `expected`, which it then advances. `bump` >= 0: the topic whose
-        counter to advance unconditionally. `observe` >= 0: a read of that topic's frame
-        count. Returns (outcome, frame count seen)."""
+        counter to advance unconditionally, reserving `reserve` seqs; what it returns is then
+        the first seq reserved (and `applied` gets when it applied). `observe` >= 0: a
+        read of that topic's frame count. `deadline`: a write that would apply after it
+        finds its key taken (a reader's hole) and fails as a lost race. Returns (outcome,
+        frame count seen, or first seq reserved)."""
         p = self.p
         start = self.sim.now
         sdk_attempts = 1 if kind == TXN else p.sdk_max_attempts
@@ -197,9 +216,16 @@ class Model:
                             st.conflicts += 1
                     elif bump >= 0:
                         self.version[bump] += 1
-                        seen = self.version[bump]
+                        seen = self.seqs[bump] + 1
+                        self.seqs[bump] += reserve
+                        if applied is not None:
+                            applied.append(self.sim.now)
                     elif observe >= 0:
                         seen = self.version[observe]
+                    elif self.sim.now > deadline:
+                        outcome = CONFLICT  # a reader filled the slot: the put fails
+                        st.conflicts += 1
+                        st.holes += 1
                     share = p.conflict_wru if outcome == CONFLICT else 1.0
                     for b, n in needs:
                         b.used += n * share
@@ -238,7 +264,14 @@ class Model:
         mult = 2 if d.transaction else 1
         keys = self.frame_keys[topic]
         slot = d.sequencer == "slot"
-        if d.sequencer != "counter" and topic not in env.head:
+        counter = d.sequencer == "counter"
+        if (
+            counter
+            and d.counter_reads_head
+            and self.sim.now - env.head_at.get(topic, -math.inf) > HEAD_CACHE_MAX_AGE_S
+        ):
+            env.head.pop(topic, None)  # the engine's head cache forgets it
+        if (not counter or d.counter_reads_head) and topic not in env.head:
             got, seen = yield from self._call(
                 READ, ((self.head_reads[topic], 1.0),), resend=False, observe=topic
             )
@@ -255,18 +288,37 @@ class Model:
                 got, _ = yield from self._call(S3PUT, ((self.s3_prefix[topic], 1.0),), resend=False)
                 if got != OK:
                     return False
-            if d.sequencer == "counter":
-                got, frame = yield from self._call(
-                    WRITE,
+            if counter:
+                applied: list[float] = []
+                got, first = yield from self._call(
+                    UPDATE,
                     ((self.head_keys[topic], inp.head_kb), (self.heads_table, inp.head_kb)),
                     bump=topic,
+                    reserve=records,
+                    applied=applied,
                 )
                 if got != OK:
                     return False
-                fkey = keys[frame % len(keys)]
+                env.head[topic] = first + records - 1  # the head the reservation returned
+                env.head_at[topic] = self.sim.now
+                timeout = d.hole_timeout_s
+                deadline = math.inf if timeout is None else applied[0] + timeout
+                fkey = keys[frame_partition(first, len(keys))]
                 got, _ = yield from self._call(
-                    WRITE, ((fkey, frame_kb), (self.log_table, frame_kb))
+                    WRITE, ((fkey, frame_kb), (self.log_table, frame_kb)), deadline=deadline
                 )
+                if got == CONFLICT:  # the reader's hole: one small item on the frame's key
+                    for b in (fkey, self.log_table):
+                        b.tokens -= inp.pointer_kb
+                        b.used += inp.pointer_kb
+                    self.stats.wru += inp.pointer_kb
+                    conflicts += 1
+                    if (
+                        conflicts >= p.conflicts_to_give_up
+                        and self.sim.now - t0 > p.conflict_budget_s
+                    ):
+                        return False
+                    continue  # the late writer reserves again
                 if got == OK:
                     self.stats.commits += 1
                 return got == OK
@@ -322,7 +374,9 @@ class Model:
         """The head's separate write ("frame", "slot"). "slot" folds it to `fold_to` frames
         (a conditional UpdateItem: only forward; billed like any write)."""
         kb = self.inp.head_kb
-        got, _ = yield from self._call(WRITE, ((self.head_keys[topic], kb), (self.heads_table, kb)))
+        got, _ = yield from self._call(
+            UPDATE, ((self.head_keys[topic], kb), (self.heads_table, kb))
+        )
         if got == OK and fold_to > self.folded[topic]:
             self.folded[topic] = fold_to
 
@@ -393,7 +447,7 @@ class Model:
             t_in = self.sim.now
             self.stats.invocations += 1
             ok = yield from self._handle(env, topic, self.d.records_per_request)
-            self.stats.lambda_gb_s += (self.sim.now - t_in) * LAMBDA_MEMORY_GB
+            self.stats.lambda_gb_s += (self.sim.now - t_in) * p.lambda_memory_gb
             self.idle.append(env)
         yield half
         return "ok" if ok else "503"
@@ -499,6 +553,8 @@ class Model:
             "censored": len(stuck),
             "throttled_frac": st.throttled / writes,
             "conflict_frac": st.conflicts / writes,
+            "conflicts_per_record": st.conflicts / per,
+            "holes_per_record": st.holes / per,
             "failed_frac": st.failed_requests / max(st.requests, 1),
             "lambda_429": st.lambda_429,
             "commits_per_s": st.commits / window_s,

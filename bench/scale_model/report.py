@@ -8,10 +8,19 @@ from typing import Any
 
 from bench.harness import format_table
 from bench.scale_model.aws import Platform
+from bench.scale_model.validate import writers_table
 
 TARGET_MB_S = 10.0  # part 2: one topic >= 10 MB/s of 1 KB records,
 TARGET_USD_M = 0.30  # at <= $0.30 per million records,
 TARGET_P99_MS = 100.0  # with p99 append latency <= 100 ms
+
+# Issue 41: standard Lambda, one topic, 1 to 100 concurrent single-record writers
+LAMBDA_MAX_WRITERS = 100
+LAMBDA_MIN_REC_S = 900.0  # at 100 writers
+LAMBDA_P99_MS = 100.0  # at every concurrency
+LAMBDA_USD_M = 2.50  # at every concurrency
+MANY_TOPICS_MIN_X = 0.9  # 100 topics of 10 writers: per-topic rate vs one topic
+MANY_TOPICS = 100
 
 
 def target_check(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -45,6 +54,56 @@ def target_check(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "clients": best["clients"],
         "why": f"nearest at {best['clients']:,} clients: " + ", ".join(missing),
     }
+
+
+def lambda_target_check(
+    rows: Sequence[dict[str, Any]], many: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """Issue 41's targets for one topic on standard Lambda, over the rows with 1 to 100
+    single-record writers: >= 900 rec/s at 100, p99 <= 100 ms and <= $2.50/M at every
+    concurrency, no lost races; and, from the many-topic runs, >= 0.9x per topic at the
+    most topics run. Each check names the rows that miss it."""
+    rows = sorted((r for r in rows if r["clients"] <= LAMBDA_MAX_WRITERS), key=_clients)
+    at_max = next((r for r in rows if r["clients"] == LAMBDA_MAX_WRITERS), None)
+    checks: dict[str, dict[str, Any]] = {}
+    if at_max is not None:
+        checks["rec/s at 100"] = {
+            "met": at_max["records_per_s"] >= LAMBDA_MIN_REC_S,
+            "value": f"{at_max['records_per_s']:,.0f}",
+        }
+    slow = [r for r in rows if r["p99_ms"] > LAMBDA_P99_MS]
+    checks["p99"] = {
+        "met": not slow,
+        "value": ", ".join(f"x{r['clients']:,}: {p99_text(r)}" for r in rows),
+    }
+    dear = [r for r in rows if r["usd_per_million"]["usd_total"] > LAMBDA_USD_M]
+    checks["$/M"] = {
+        "met": not dear,
+        "value": ", ".join(
+            f"x{r['clients']:,}: {r['usd_per_million']['usd_total']:.2f}" for r in rows
+        ),
+    }
+    lost = sum(r.get("conflicts_per_record", r["conflict_frac"]) for r in rows)
+    checks["lost races"] = {
+        "met": lost == 0,
+        "value": ", ".join(
+            f"x{r['clients']:,}: {r.get('conflicts_per_record', r['conflict_frac']):.2f}"
+            for r in rows
+        ),
+    }
+    if many:
+        top = max(many, key=lambda r: r["topics"])
+        run = top["topics"] >= MANY_TOPICS
+        checks["many topics"] = {
+            "met": top["scaling_vs_1"] >= MANY_TOPICS_MIN_X if run else None,
+            "value": f"T={top['topics']}: {top['scaling_vs_1']:.2f}x"
+            + ("" if run else f" (T={MANY_TOPICS} not run)"),
+        }
+    return {"met": all(c["met"] is not False for c in checks.values()), "checks": checks}
+
+
+def _clients(r: dict[str, Any]) -> int:
+    return int(r["clients"])
 
 
 def _ms(v: float) -> str:
@@ -143,6 +202,21 @@ def report(result: dict[str, Any]) -> str:
         )
     )
     lines.append("")
+    lt = result.get("lambda_targets") or {}
+    if lt:
+        lines.append(
+            f"Standard Lambda, one topic, 1-{LAMBDA_MAX_WRITERS} single-record writers (issue "
+            f"41: >= {LAMBDA_MIN_REC_S:,.0f} rec/s at {LAMBDA_MAX_WRITERS}, p99 <= "
+            f"{LAMBDA_P99_MS:g} ms and <= ${LAMBDA_USD_M:.2f}/M at each, no lost races; "
+            f"{MANY_TOPICS_MIN_X:g}x per topic with many topics):"
+        )
+        trows = []
+        for key, t in lt.items():
+            for name, c in t["checks"].items():
+                verdict = {True: "met", False: "NOT met", None: "not run"}[c["met"]]
+                trows.append([f"({key})", name, verdict, c["value"]])
+        lines.append(format_table(["design", "target", "verdict", "figures"], trows))
+        lines.append("")
     per_topic = result["settings"]["clients_per_topic"]
     lines.append(
         f"Many topics ({per_topic} clients per topic, each topic on its own keys; "
@@ -213,6 +287,14 @@ def report(result: dict[str, Any]) -> str:
         )
     else:
         lines.append("(--quick: no local measurement; inputs are the recorded DEFAULT_INPUTS)")
+    writers = result.get("validation_writers")
+    if writers:
+        lines.append("")
+        lines.append(
+            f"N one-request server processes on DynamoDB Local ({writers['source']}), "
+            "measured / modelled with that N's per-API DynamoDB times and server CPU:"
+        )
+        lines.append(writers_table(writers))
     return "\n".join(lines)
 
 

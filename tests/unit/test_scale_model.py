@@ -4,7 +4,11 @@ lifts that cap until another key binds, costs are WRU x price + requests, the sa
 the same run, throttled writes are retried (and fail after the attempts and the re-send
 budget), throttling costs latency; slot-hop's lost race is one more billed write and no read,
 hops one frame at a time, never happens with one environment, and never repeats the S3 PUT;
-and a quick run of the entry point prints and writes its tables."""
+the built counter design (i) never loses a race, writes 2 calls and 3 WRU per record at any
+number of clients, spreads frames over its P keys by the engine's hash, and loses a slot to a
+reader's hole only when its put comes later than the hole timeout; bench_writers' results are
+compared N by N with the model (and skipped when absent); and a quick run of the entry point
+prints and writes its tables."""
 
 from __future__ import annotations
 
@@ -19,9 +23,12 @@ from bench.harness import PRICES
 from bench.scale_model.aws import Platform
 from bench.scale_model.cli import MANY_TOPIC_DESIGNS, QUICK_CLIENTS, QUICK_TOPICS
 from bench.scale_model.designs import DEFAULT_INPUTS, DESIGNS, Design, commit_units
-from bench.scale_model.measure import cpu_from_bench_v0, fit_frames
-from bench.scale_model.model import FAIL, OK, TXN, WRITE, Model, simulate
+from bench.scale_model.measure import cpu_from_bench_v0, fit_frames, inputs_from
+from bench.scale_model.model import FAIL, OK, TXN, WRITE, Model, _Env, frame_partition, simulate
 from bench.scale_model.sim import Bucket, Proc
+from bench.scale_model.validate import validate, validate_writers, writers_table
+
+from headwater.engine.ports import frame_partition as engine_frame_partition
 
 # List prices, us-east-1, restated here so that a change to PRICES has to change this too.
 WRU = 0.625 / 1e6
@@ -381,3 +388,214 @@ def test_slot_hop_in_s3_retries_only_the_pointer_not_the_s3_put() -> None:
     st = model.stats
     assert st.conflicts > st.commits > 20
     assert abs(st.s3_puts - st.commits) <= 3
+
+
+# -- the built design (i): seqs from the head's counter, frames over P keys, standard Lambda
+
+
+def test_the_counter_on_lambda_never_loses_a_race_and_writes_the_same_per_record() -> None:
+    i = _design("i")
+    assert commit_units(i, DEFAULT_INPUTS, 1) == {"head": 1.0, "log": 2.0, "calls": 2.0, "s3": 0.0}
+    runs = {n: _run(i, n) for n in (1, 10, 100)}
+    for n, r in runs.items():
+        # THEN no write ever loses a race, and each record is one reservation (1 WRU on the
+        # head) and one 2 KB frame put: 2 calls and 3 WRU, whatever the number of clients
+        assert r["conflict_frac"] == 0.0 and r["conflicts_per_record"] == 0.0, n
+        assert r["holes_per_record"] == 0.0 and r["failed_frac"] == 0.0, n
+        # (give or take a commit across either edge of the window)
+        assert r["wru_per_record"] == pytest.approx(3.0, rel=0.02), n
+        assert r["usd_per_million"]["usd_dynamodb"] == pytest.approx(3.0 * 0.625, rel=0.02), n
+        # one request per environment: no group commit
+        assert r["records_per_commit"] == pytest.approx(1.0, rel=0.02)
+    assert runs[10]["write_calls_per_record"] == pytest.approx(2.0, rel=0.01)
+    # AND under the head's rate the cost per record does not depend on the clients
+    one, ten = (runs[n]["usd_per_million"]["usd_total"] for n in (1, 10))
+    assert ten == pytest.approx(one, rel=0.03)
+    assert runs[10]["records_per_s"] > 9 * runs[1]["records_per_s"]  # no races: ~linear
+    # AND at 100 clients the head key (1 WRU per reservation) binds at its 1,000 WRU/s;
+    # the throttled reservations wait in botocore's back-off, in the handler (billed)
+    hundred = runs[100]
+    assert hundred["hottest_key"] == "t0:head" and hundred["throttled_frac"] > 0
+    assert 900 <= hundred["records_per_s"] <= 1000 * (1 + Platform().key_burst_s / 2.0)
+    assert hundred["lambda_gb_s_per_record"] > 2 * runs[10]["lambda_gb_s_per_record"]
+
+
+def test_the_counter_spreads_frames_over_its_keys_by_the_engines_hash() -> None:
+    # the model's placement is the engine's (restated, not imported)
+    for parts in (1, 2, 4, 8, 64):
+        for seq in (*range(1, 200), 2**31, 2**40 + 7):
+            assert frame_partition(seq, parts) == engine_frame_partition(seq, parts)
+    # GIVEN (i) with 10 clients: each of its 4 frame keys carries about a quarter of the
+    # frames (2 WRU each), the head 1 WRU per record
+    r = _run(_design("i"), 10)
+    per_key = [r["key_units_per_s"][f"t0:log#{k}"] for k in range(4)]
+    assert sum(per_key) == pytest.approx(2 * r["records_per_s"], rel=0.02)
+    for units in per_key:
+        assert units == pytest.approx(sum(per_key) / 4, rel=0.15)
+    assert r["key_units_per_s"]["t0:head"] == pytest.approx(r["records_per_s"], rel=0.02)
+
+
+def _lambda_commit(model: Model, records: int = 1) -> bool:
+    """One commit by a warm standard-Lambda environment that has the head cached."""
+    env = _Env(1)
+    model.envs.append(env)
+    env.head[0], env.head_at[0] = 0, 0.0
+    got: dict[str, bool] = {}
+
+    def proc() -> Proc:
+        got["ok"] = yield from model._commit(env, 0, records)
+
+    model.sim.spawn(proc())
+    model.sim.run(30.0)
+    return got["ok"]
+
+
+def test_a_put_later_than_the_hole_timeout_loses_its_slot_and_reserves_again() -> None:
+    i = _design("i")
+    assert (frame_partition(1, 4), frame_partition(2, 4)) == (2, 0)
+    # GIVEN the key of seq 1's frame throttled for 1.5 s (over the 1 s hole timeout)
+    model = Model(i, 1)
+    model.frame_keys[0][2].tokens = -1500.0
+    assert _lambda_commit(model)
+    st = model.stats
+    # THEN its put, retried by botocore, comes after a reader filled the slot: it fails
+    # (billed), the hole is billed, and a second reservation puts the frame at seq 2
+    assert (st.holes, st.conflicts, st.commits) == (1, 1, 1)
+    assert model.seqs[0] == 2 and model.version[0] == 2
+    assert st.wru == 1 + 2 + 1 + 1 + 2  # reserve, failed put, hole, reserve, put
+    # AND a put that makes it within the timeout keeps its slot
+    model = Model(i, 1)
+    model.frame_keys[0][2].tokens = -100.0  # 0.1 s
+    assert _lambda_commit(model)
+    assert (model.stats.holes, model.stats.conflicts, model.seqs[0]) == (0, 0, 1)
+    # AND without readers filling holes (the probe (e)) a late put still lands
+    model = Model(replace(i, hole_timeout_s=None), 1)
+    model.frame_keys[0][2].tokens = -1500.0
+    assert _lambda_commit(model)
+    assert (model.stats.holes, model.seqs[0]) == (0, 1)
+
+
+def _writers_json(path: Path, rows: Any) -> Path:
+    path.write_text(json.dumps({"benchmark": "writers", "results": rows}))
+    return path
+
+
+def _writer_row(n: int, code: str = "current") -> dict[str, Any]:
+    """A row as bench/bench_writers.py writes it (the fields the validation reads)."""
+
+    def api(p50: float, p99: float, per_record: float) -> dict[str, float]:
+        return {"p50_ms": p50, "p99_ms": p99, "calls_per_record": per_record}
+
+    return {
+        "code": code,
+        "backend": "ddblocal",
+        "writers": n,
+        "records_per_s": 70.0 * n,
+        "p50_ms": 13.0,
+        "p99_ms": 25.0,
+        "per_record": {"write_calls": 2.0, "wru": 3.0, "lost_races": 0.0, "read_calls": 0.0},
+        "by_api": {
+            "DynamoDB.UpdateItem": api(4.0, 9.0, 1.0),
+            "DynamoDB.PutItem": api(4.0, 9.0, 1.0),
+            "DynamoDB.GetItem": {"p50_ms": float("nan"), "calls_per_record": 0.0},
+        },
+        "cpu_ms_per_record": {"servers": 5.0, "emulator": 9.0, "clients": 0.3},
+    }
+
+
+def test_bench_writers_results_are_compared_n_by_n(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN no results file THEN nothing is compared
+    kw: dict[str, Any] = {"inputs": DEFAULT_INPUTS, "platform": Platform()}
+    assert validate_writers(tmp_path / "absent.json", **kw) is None
+    # GIVEN a run at N = 1, 2 and one N without per-API times
+    broken = {k: v for k, v in _writer_row(4).items() if k != "by_api"}
+    path = _writers_json(tmp_path / "w.json", [_writer_row(2), _writer_row(1), broken])
+    v = validate_writers(path, **kw)
+    assert v is not None
+    assert [r["n"] for r in v["rows"]] == [1, 2] and v["skipped"][0]["n"] == 4
+    for r in v["rows"]:
+        # THEN N environments, one request each, on the measured service times and CPU:
+        # the built design's 2 calls, 3 WRU, no races, and ~1 / (4 + 4 + 5 ms) per writer
+        m = r["modelled"]
+        assert r["design"] == "i" and r["label"] == "current/ddblocal"
+        assert r["inputs"]["p50_ms"] == {"UpdateItem": 4.0, "PutItem": 4.0}
+        assert m["write_calls_per_record"] == pytest.approx(2.0, rel=0.01)
+        assert m["wru_per_record"] == pytest.approx(3.0, rel=0.01)
+        assert m["lost_races_per_record"] == 0.0
+        assert m["records_per_s"] == pytest.approx(r["n"] * 1000 / 13.0, rel=0.1)
+        assert m["p50_ms"] == pytest.approx(13.0, rel=0.1)
+        assert r["measured"]["records_per_s"] == 70.0 * r["n"]
+        assert r["measured"]["wru_per_record"] == 3.0
+    table = writers_table(v)
+    assert "(i) current/ddblocal N=1" in table and "N=4 skipped" in table
+    # AND a run of the old path (a conditional frame put per record, no reservation) is
+    # modelled as (b), whose environments race for the next frame
+    old = _writer_row(4, code="672fe77")
+    old["by_api"] = {"DynamoDB.PutItem": {"p50_ms": 4.0, "p99_ms": 9.0, "calls_per_record": 2}}
+    v = validate_writers(_writers_json(tmp_path / "w.json", [old]), **kw)
+    assert v is not None and [(r["n"], r["design"]) for r in v["rows"]] == [(4, "b")]
+    assert v["rows"][0]["modelled"]["lost_races_per_record"] > 0
+    # AND the entry point prints the comparison when asked
+    out = tmp_path / "scale.json"
+    path = _writers_json(tmp_path / "w.json", [_writer_row(1)])
+    result = bench_scale_model.main(
+        ["--quick", "--designs=i", "--clients=1", f"--validate-writers={path}", f"--out={out}"]
+    )
+    assert "(i) current/ddblocal N=1" in capsys.readouterr().out
+    assert result["validation_writers"]["rows"][0]["n"] == 1
+    # (and issue 41's checks for standard Lambda: no lost races, 1 client under $2.50/M)
+    checks = result["lambda_targets"]["i"]["checks"]
+    assert checks["lost races"]["met"] is True and checks["$/M"]["met"] is True
+    assert checks["many topics"]["met"] is None  # --quick runs 10 topics, not 100
+    bench_scale_model.main(["--quick", "--designs=i", "--clients=1", f"--out={out}"])
+    assert json.loads(out.read_text())["validation_writers"] is None
+
+
+def test_the_in_process_measurement_of_the_built_path_validates_design_i() -> None:
+    # GIVEN what measure_local() gives for the engine as built: an UpdateItem (1 WRU on the
+    # head) and a PutItem (2 WRU on the log) per single append; 32 appends per commit
+    api = {"UpdateItem": {"p50": 4.0, "p99": 8.0}, "PutItem": {"p50": 2.0, "p99": 5.0}}
+    single = {
+        "calls_per_append": {"DynamoDB.UpdateItem": 1.0, "DynamoDB.PutItem": 1.0},
+        "write_calls_per_append": 2.0,
+        "wru_per_append": 3.0,
+        "wru_per_append_by_table": {"heads": 1.0, "log": 2.0, "index": 0.0},
+        "api_ms": api,
+        "append_ms_mean": 9.0,
+        "append_ms_p50": 8.5,
+        "ddb_ms_per_append": 6.0,
+        "appends_per_s": 110.0,
+    }
+    group = {
+        "clients": 32,
+        "api_ms": api,
+        "process_cpu_ms_per_append": 1.2,
+        "ddb_ms_per_append": 0.6,
+        "appends_per_commit": 32.0,
+        "wru_per_append": 0.81,
+        "append_ms_p50": 27.0,
+        "appends_per_s": 805.0,
+    }
+    measured = {
+        "single": single,
+        "group": group,
+        "frame_fit": {"overhead_bytes": 366.0, "bytes_per_record": 776.0},
+        "settings": {"spill_threshold_bytes": 65536},
+    }
+    # THEN the inputs read a 1 KB head (one UpdateItem, not half a transaction)
+    inputs = inputs_from(measured, None)
+    assert inputs.head_kb == 1 and inputs.frame_kb(1) == 2
+    heavier = {**measured, "single": {**single, "wru_per_append_by_table": {"heads": 2.0}}}
+    assert inputs_from(heavier, None).head_kb == 2
+    # AND the model of (i) writes what was measured, and its one-process run is CPU-bound on
+    # the interpreter that client, app and emulator share: ~1 / 1.2 ms
+    rows = {r["what"]: r for r in validate(measured, inputs, Platform(), 1)}
+    for what in ("DynamoDB write calls / append (i)", "WRU / append (i)"):
+        assert rows[what]["modelled"] == rows[what]["measured"]
+    assert rows["appends per commit, 32 clients on one process"]["modelled"] == 32.0
+    grp = rows["appends/s, 32 clients on one process (emulator)"]
+    assert grp["modelled"] == pytest.approx(1000 / 1.2, rel=0.1)
+    one = rows["appends/s, 1 client (emulator service times)"]
+    assert one["modelled"] == pytest.approx(1000 / 9.0, rel=0.1)

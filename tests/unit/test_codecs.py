@@ -74,6 +74,26 @@ def test_large_frames_are_compressed_and_still_round_trip() -> None:
     assert [r.data["i"] for r in decode_records(blob, 7, 1)] == list(range(50))
 
 
+def test_a_one_kb_record_frame_is_deflated_under_one_write_unit() -> None:
+    """One 1 KB JSON record (random text: ~6 bits a character) is one frame of one record on
+    standard Lambda: deflated, its item fits one DynamoDB write unit (1,024 bytes) with the
+    ~100 bytes of attributes the adapter adds, where the raw frame alone is over it."""
+    rng = random.Random(1)
+    text = "".join(
+        rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        for _ in range(980)
+    )
+    data = json.dumps({"id": 12345, "payload": text}).encode()
+    raw = encode_records([NewRecord(None, data_raw=data, size=len(data) + 16)])
+    assert len(raw) > 1024
+    blob = compress_frame(raw)
+    assert blob[0] == FRAME_FORMAT_ZLIB and len(blob) + 128 <= 1024
+    assert decode_records(blob, 1, 1)[0].data_raw == data
+    # a small frame stays raw (deflating it saves nothing worth its CPU)
+    small = encode_records([NewRecord({"i": 1}, size=24)])
+    assert compress_frame(small) is small
+
+
 def test_a_frame_that_does_not_compress_is_not_deflated_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -29,6 +29,7 @@ from headwater.engine.ports import (
     FrameDelete,
     Head,
     IdemEntry,
+    ProducerClaim,
     frame_partition,
     log_key_parts,
 )
@@ -258,3 +259,93 @@ def test_idempotency_items_outlive_their_frames_slot(backend: Backend) -> None:
     backend.tail.commit_append(commit)
     hit = backend.tail.get_idempotency(head, "key", now)
     assert hit is not None and (hit.first_seq, hit.last_seq) == (2, 2)
+
+
+# --- idempotent producers: a claim item per producer -------------------------------------------
+
+
+def _claimed(
+    b: Backend, head: Head, producer: str, epoch: int, seq: int, first: int | None = None
+) -> int:
+    """Commit one record with a producer's claim at freshly reserved seqs (or at `first`,
+    reserved before): the frame key."""
+    if first is None:
+        first = reserve(b, head, recs(1)).first_seq
+    commit = append_commit(head, recs(1), first=first)
+    commit.claims = [ProducerClaim(producer, epoch, seq)]
+    b.tail.commit_append(commit)
+    return first
+
+
+def test_a_producer_claim_commits_with_its_frame_and_refuses_what_it_does_not_take(
+    backend: Backend,
+) -> None:
+    head = create_topic(backend, "pr", 1)
+    at = _claimed(backend, head, "p1", 0, 0)
+    assert backend.tail.get_producer(head, "p1") == (0, 0, at)
+    at = _claimed(backend, head, "p1", 0, 1)
+    assert backend.tail.get_producer(head, "p1") == (0, 1, at)
+    # another producer never meets p1's state
+    _claimed(backend, head, "p2", 0, 0)
+    # a duplicate, a gap and a stale epoch are refused with the stored state: nothing written
+    for epoch, seq in ((0, 1), (0, 3), (0, 0)):
+        first = reserve(backend, head, recs(1)).first_seq
+        commit = append_commit(head, recs(1), first=first)
+        commit.claims = [ProducerClaim("p1", epoch, seq)]
+        with pytest.raises(AppendRejected) as rej:
+            backend.tail.commit_append(commit)
+        assert rej.value.claim_hits == {"p1": (0, 1, at)}, (epoch, seq)
+        assert not rej.value.slot_lost and not rej.value.head_conflict
+        assert backend.tail.get_frames(head, [first]) == {}
+    # a new epoch starts at seq 0
+    later = _claimed(backend, head, "p1", 1, 0)
+    assert backend.tail.get_producer(head, "p1") == (1, 0, later)
+    # a first write that is not seq 0 has no state to show
+    first = reserve(backend, head, recs(1)).first_seq
+    commit = append_commit(head, recs(1), first=first)
+    commit.claims = [ProducerClaim("p3", 0, 4)]
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(commit)
+    assert rej.value.claim_hits == {"p3": None}
+
+
+def test_a_producer_claim_is_refused_before_the_producers_last_write(backend: Backend) -> None:
+    """Seqs reserved earlier but committed later must not put a producer's writes out of
+    order: its claim holds only after its last frame."""
+    head = create_topic(backend, "po", 1)
+    early = reserve(backend, head, recs(1)).first_seq  # seq 2, for p's write 1
+    _claimed(backend, head, "p", 0, 0)  # seq 3: p's write 0
+    commit = append_commit(head, recs(1), first=early)
+    commit.claims = [ProducerClaim("p", 0, 1)]  # taken next by the rules, but at seq 2 < 3
+    with pytest.raises(AppendRejected) as rej:
+        backend.tail.commit_append(commit)
+    assert rej.value.claim_hits == {"p": (0, 0, 3)}
+
+
+def test_a_close_with_a_producer_claim_moves_both_or_neither(backend: Backend) -> None:
+    head = create_topic(backend, "pc", 1)
+    _claimed(backend, head, "p", 0, 0)
+    cur = _head(backend, "pc")
+    assert backend.heads.put_ext(cur, '{"closed":1}', ProducerClaim("p", 0, 1))
+    closed = _head(backend, "pc")
+    assert closed.ext == '{"closed":1}'
+    assert backend.tail.get_producer(closed, "p") == (0, 1, closed.head_seq)
+    # the same close again: the producer refuses it (a duplicate), the ext stays
+    with pytest.raises(AppendRejected) as rej:
+        backend.heads.put_ext(closed, '{"closed":2}', ProducerClaim("p", 0, 1))
+    assert rej.value.claim_hits == {"p": (0, 1, closed.head_seq)}
+    assert _head(backend, "pc").ext == '{"closed":1}'
+    # a head that moved since the read: nothing moves, the claim neither
+    assert not backend.heads.put_ext(cur, '{"closed":3}', ProducerClaim("p", 0, 2))
+    assert backend.tail.get_producer(closed, "p") == (0, 1, closed.head_seq)
+
+
+def test_a_lost_claim_answer_is_one_commit(backend: Backend) -> None:
+    lossy: Lossy = backend.lossy(True)  # re-sent with a fresh token: found by its commit id
+    head = create_topic(backend, "pl", 1)
+    first = reserve(backend, head, recs(1)).first_seq
+    commit = append_commit(head, recs(1), first=first)
+    commit.claims = [ProducerClaim("p", 0, 0)]
+    lossy.lose_next("commit_append")
+    assert lossy.tail.commit_append(commit) is True  # applied earlier: recognised
+    assert backend.tail.get_producer(head, "p") == (0, 0, first)

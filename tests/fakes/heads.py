@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from headwater.engine.ports import AppendRejected, Head, Reservation
+from headwater.engine.ports import AppendRejected, Head, ProducerClaim, Reservation
 from tests.fakes.storage import FaultHook, HeadRow, MemoryAccount, Send
 
 
@@ -176,19 +176,45 @@ class MemoryHeadStore(FaultHook):
             lambda cur: stored_head(dataclasses.replace(_some(cur), config=config)),
         )
 
-    def put_ext(self, head: Head, ext: str) -> bool:
+    def put_ext(self, head: Head, ext: str, claim: ProducerClaim | None = None) -> bool:
         if not ext:
             raise ValueError("ext must not be empty")
-        return self._write(
-            "put_ext",
-            head.topic,
-            lambda cur: (
-                _live_epoch(cur, head.epoch)
-                and _some(cur).head_seq == head.head_seq
-                and ext_holds(_some(cur), head.ext)
-            ),
-            lambda cur: dataclasses.replace(_some(cur), ext=ext),
-        )
+        acct = self.account
+        cid = acct.new_cid()
+        log_key = head.log_key
+
+        def attempt(send: Send) -> bool:
+            from tests.fakes.tail import claim_holds
+
+            with acct.lock:
+                row = acct.heads.get(head.topic)
+                cur = row.head if row is not None else None
+                ok = (
+                    _live_epoch(cur, head.epoch)
+                    and _some(cur).head_seq == head.head_seq
+                    and ext_holds(_some(cur), head.ext)
+                )
+                got = acct.producers.get((log_key, claim.producer)) if claim else None
+                if ok and claim is not None and not claim_holds(claim, got, None):
+                    if got is not None and got[3] == cid:
+                        return True  # our earlier attempt applied
+                    stored = None if got is None else got[:3]
+                    raise AppendRejected(False, {}, claim_hits={claim.producer: stored})
+                if not ok:
+                    return row is not None and row.hc == cid
+                assert row is not None
+                row.head = dataclasses.replace(_some(cur), ext=ext)
+                row.hc = cid
+                if claim is not None:
+                    acct.producers[(log_key, claim.producer)] = (
+                        claim.epoch,
+                        claim.seq,
+                        head.head_seq,
+                        cid,
+                    )
+                return True
+
+        return acct.run("heads.put_ext", attempt)
 
     def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
         """The marker, iff nothing was reserved since `head` was read (storage/dynamo.py)."""

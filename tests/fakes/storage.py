@@ -226,6 +226,8 @@ class MemoryAccount:
         self.frames: dict[str, dict[int, FrameRow]] = {}  # log key -> last seq -> frame
         self.tags: dict[str, dict[str, tuple[int, ...]]] = {}  # log key -> tag sort key -> seqs
         self.idem: dict[tuple[str, str], IdemRow] = {}  # (log key, idempotency key)
+        # (log key, producer) -> (epoch, seq, last frame key, commit id): producers' state
+        self.producers: dict[tuple[str, str], tuple[int, int, int, str]] = {}
         self.segments: dict[str, dict[int, SegmentRow]] = {}  # log key -> last seq -> segment
         self.queues: dict[str, QueueRow] = {}  # queue key -> the queue item
         self.leases: dict[str, dict[int, LeaseRow]] = {}  # queue key -> seq -> lease

@@ -25,6 +25,7 @@ from headwater.engine.ports import (
     Head,
     IdemHit,
     KnownRecords,
+    ProducerClaim,
     TagEntry,
 )
 from headwater.engine.records import Frame, StoredRecord, decode_records
@@ -40,6 +41,16 @@ from tests.fakes.storage import (
     Send,
     invalid,
 )
+
+
+def claim_holds(
+    claim: ProducerClaim, stored: tuple[int, int, int, str] | None, at: int | None
+) -> bool:
+    """storage/dynamo.py claim_op's condition: the producer takes (epoch, seq) next and
+    (`at` given) its last frame is before `at`."""
+    if not claim.takes(None if stored is None else (stored[0], stored[1])):
+        return False
+    return at is None or stored is None or stored[2] < at
 
 
 def tag_sort_key(tag: str, frame_seq: int) -> str:
@@ -102,17 +113,28 @@ class MemoryLogTailStore(FaultHook):
                 old_frame = acct.frames.get(log_key, {}).get(c.first_seq)
                 if old_frame is not None:
                     owners.append(old_frame.hc)
+                claim_hits: dict[str, tuple[int, int, int] | None] = {}
+                for cl in c.claims:
+                    got = acct.producers.get((log_key, cl.producer))
+                    if not claim_holds(cl, got, c.first_seq):
+                        if got is not None:
+                            owners.append(got[3])
+                        claim_hits[cl.producer] = None if got is None else got[:3]
                 hits: dict[str, IdemHit | None] = {}
                 for e in c.idem:
                     old = acct.idem.get((log_key, e.key))
                     if old is not None and not old.expires_ms < c.ts:
                         owners.append(old.hc)
                         hits[e.key] = IdemHit(old.first_seq, old.last_seq)
-                if not head_ok or old_frame is not None or hits:
+                if not head_ok or old_frame is not None or hits or claim_hits:
                     if cid in owners:
                         return True  # an earlier attempt of this commit applied
                     raise AppendRejected(
-                        not head_ok, hits, current, slot_lost=old_frame is not None
+                        not head_ok,
+                        hits,
+                        current,
+                        slot_lost=old_frame is not None,
+                        claim_hits=claim_hits,
                     )
                 self._apply_append(c, cid, log_key, frame, row)
                 acct.remember_token(token, fingerprint)
@@ -223,6 +245,8 @@ class MemoryLogTailStore(FaultHook):
             entries[tag_sort_key(e.tag, e.frame_seq)] = tuple(e.seqs)
         for ie in c.idem:
             acct.idem[(log_key, ie.key)] = IdemRow(ie.first_seq, ie.last_seq, ie.expires_ms, cid)
+        for cl in c.claims:
+            acct.producers[(log_key, cl.producer)] = (cl.epoch, cl.seq, c.first_seq, cid)
 
     # --- reads --------------------------------------------------------------------------
     def _frame(self, row: FrameRow, records: list[StoredRecord] | None = None) -> Frame:
@@ -302,6 +326,11 @@ class MemoryLogTailStore(FaultHook):
                 if s in frames
             ]
         return {r.first_seq: self._frame(r) for r in rows}
+
+    def get_producer(self, head: Head, producer: str) -> tuple[int, int, int] | None:
+        with self.account.lock:
+            got = self.account.producers.get((head.log_key, producer))
+            return None if got is None else got[:3]
 
     def get_idempotency(self, head: Head, key: str, now_ms: int) -> IdemHit | None:
         with self.account.lock:

@@ -13,7 +13,7 @@ import pytest
 
 from headwater.engine.ports import AppendCommit, AppendRejected, Head
 from headwater.engine.records import NewRecord, encode_records
-from headwater.engine.values import DiffRequest
+from headwater.engine.values import AppendRequest, ClaimRefused, DiffRequest, ProducerClaim
 from tests.fakes.processes import ManualClock, Process, datas, processes, rec, req
 
 pytestmark = pytest.mark.unit
@@ -199,5 +199,47 @@ def test_a_writers_own_failed_seqs_are_filled_at_once_with_their_bytes() -> None
             hole = b.stores.tail.get_frames(head, [2])[2]
             assert (hole.hole, hole.void_bytes) == (True, 10)
             assert b.engine.core.slots.filled == 0
+
+    asyncio.run(scenario())
+
+
+def test_idempotent_producers_in_two_processes_never_race_each_other() -> None:
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.put_topic(TOPIC, {})
+
+            async def producer(p: Process, name: str) -> list[int]:
+                seqs = []
+                for seq in range(15):
+                    claim = ProducerClaim(name, 0, seq)
+                    got = await p.engine.append(
+                        TOPIC, AppendRequest([rec(p=name, s=seq)], claim=claim)
+                    )
+                    seqs.append(got.first_seq)
+                return seqs
+
+            # WHEN four producers (two per process) write at once
+            runs = await asyncio.gather(
+                producer(a, "pa"), producer(a, "pb"), producer(b, "pc"), producer(b, "pd")
+            )
+            # THEN every write committed at its first attempt: one reservation and one
+            # transaction each, no claim refused, no ext written
+            acct = a.stores.account
+            assert acct.calls["tail.commit_append"] == acct.calls["heads.reserve"]
+            head = await a.engine.head_of(TOPIC)
+            assert head is not None and head.ext == ""
+            # AND each producer's writes are in the log once, in order
+            history = await a.history(TOPIC)
+            for name, seqs in zip(("pa", "pb", "pc", "pd"), runs, strict=True):
+                assert seqs == sorted(seqs)
+                mine = [r.data["s"] for r in history if r.data["p"] == name]
+                assert mine == list(range(15))
+            # AND a retry of an accepted write is refused with the state that says so
+            with pytest.raises(ClaimRefused) as refused:
+                await b.engine.append(
+                    TOPIC, AppendRequest([rec(p="pa", s=3)], claim=ProducerClaim("pa", 0, 3))
+                )
+            assert refused.value.stored == (0, 14)
+            assert len(await a.history(TOPIC)) == 60
 
     asyncio.run(scenario())

@@ -49,7 +49,15 @@ from headwater.durable.wire import Producer, is_json_type, media_type
 from headwater.engine.log import LogEngine, wall_ms
 from headwater.engine.ports import REGISTRY_PREFIX, Head, SegmentItem
 from headwater.engine.records import RECORD_OVERHEAD_BYTES, NewRecord, StoredRecord, json_literal
-from headwater.engine.values import Admit, AppendRequest, Guard, RangeRead, Settle
+from headwater.engine.values import (
+    Admit,
+    AppendRequest,
+    ClaimRefused,
+    Guard,
+    ProducerClaim,
+    RangeRead,
+    Settle,
+)
 from headwater.errors import InvalidRequest, StorageUnavailable, TopicNotFound
 from headwater.names import object_key_component
 
@@ -400,16 +408,9 @@ class DurableStreams:
                 raise StreamNotFound(name)
             _check_live(name, head, state, now)
             at_tail = encode_offset(head.epoch, tail)
-            known = state.producers.get(producer.id) if producer is not None else None
-            if (
-                producer is not None
-                and known is not None
-                and producer.epoch == known[0]
-                and producer.seq <= known[1]
-            ):
-                # A retry of an accepted write: nothing is appended again (checked before
-                # closure and Stream-Seq, so a retried append-and-close still succeeds).
-                return Settle(Written(head.epoch, tail, state, duplicate=True, producer=known))
+            # An idempotent producer's rules are its claim's (ProducerClaim: its state is an
+            # item of its own, committed with the entries); a retry of an accepted write that
+            # a rule below refuses is told apart by that state (StreamService._producer_dup).
             closed_headers = {"Stream-Closed": "true", "Stream-Next-Offset": at_tail}
             if state.closed and close_only and producer is None:
                 return Settle(Written(head.epoch, tail, state))  # closing again: idempotent
@@ -422,8 +423,6 @@ class DurableStreams:
                     f"content type {media_type(content_type)!r} does not match the stream's"
                     f" {state.content_type!r}"
                 )
-            if producer is not None:
-                _check_producer(producer, known)
             if (
                 stream_seq is not None
                 and state.stream_seq is not None
@@ -444,10 +443,7 @@ class DurableStreams:
                 new = replace(new, access_ms=max(now, state.access_ms), closed=True)
             if stream_seq is not None:
                 new = replace(new, stream_seq=stream_seq)
-            echo = None
-            if producer is not None:
-                new = new.with_producer(producer.id, producer.epoch, producer.seq)
-                echo = (producer.epoch, producer.seq)
+            echo = (producer.epoch, producer.seq) if producer is not None else None
             text = ext if new == state else new.dump()
             return Admit(text, note=Written(head.epoch, tail, new, producer=echo))
 
@@ -473,7 +469,7 @@ class DurableStreams:
                 close=close,
                 close_only=True,
             )
-            return await self._state_only(name, guard)
+            return await self._state_only(name, guard, producer)
         # Entries are shaped by the stream's schema registry and profile (validated, keyed,
         # normalized) for the conf this process last saw; the guard refuses them under any
         # other conf, and they are prepared again (no extra read in the common case).
@@ -489,13 +485,28 @@ class DurableStreams:
                 close_only=False,
                 conf=conf,
             )
+            claim = (
+                ProducerClaim(producer.id, producer.epoch, producer.seq)
+                if producer is not None
+                else None
+            )
+            request = AppendRequest(
+                _records(shaped), create=False, guard=guard, ts_hint=ts_hint, claim=claim
+            )
             try:
-                res = await self.engine.append(
-                    topic_of(name),
-                    AppendRequest(_records(shaped), create=False, guard=guard, ts_hint=ts_hint),
-                )
+                res = await self.engine.append(topic_of(name), request)
             except TopicNotFound:
                 raise StreamNotFound(name) from None
+            except ClaimRefused as refused:
+                assert producer is not None
+                return await self._refused(name, producer, refused.stored)
+            except (StreamClosed, SeqConflict):
+                if producer is None:
+                    raise
+                dup = await self._producer_dup(name, producer)
+                if dup is None:
+                    raise
+                return dup
             except ConfMoved as moved:
                 if len(self._conf) >= CONF_CACHE:
                     self._conf.clear()
@@ -668,18 +679,73 @@ class DurableStreams:
 
         return promote
 
-    async def _state_only(self, name: str, guard: Guard) -> Written:
-        """A write with no entries (close-only): the same guard, then a conditional ext put."""
+    async def _refused(
+        self,
+        name: str,
+        producer: Producer,
+        stored: tuple[int, int] | None,
+        head: Head | None = None,
+    ) -> Written:
+        """The answer to a write its producer did not take: a retry of a write it accepted
+        (204, nothing appended again), or the producer rule it breaks (protocol: producers)."""
+        if stored is not None and producer.epoch == stored[0] and producer.seq <= stored[1]:
+            return await self._written_dup(name, stored, head)
+        _check_producer(producer, stored)
+        # The rules take it (it raced a write of its own from another process): let the
+        # client send it again.
+        raise StorageUnavailable("producer write raced; retry", headers=RETRY)
+
+    async def _producer_dup(
+        self, name: str, producer: Producer, head: Head | None = None
+    ) -> Written | None:
+        """A retry of a write the producer's state shows accepted, or None."""
+        head = head or await self.engine.head_of(topic_of(name))
+        if head is None or head.deleted:
+            return None
+        stored = await self.engine.producer_state(head, producer.id)
+        if stored is not None and producer.epoch == stored[0] and producer.seq <= stored[1]:
+            return await self._written_dup(name, stored, head)
+        return None
+
+    async def _written_dup(self, name: str, stored: tuple[int, int], head: Head | None) -> Written:
+        head = head or await self.engine.head_of(topic_of(name))
+        state = state_of(head)
+        if head is None or state is None:
+            raise StreamNotFound(name)
+        return Written(head.epoch, head.head_seq, state, duplicate=True, producer=stored)
+
+    async def _state_only(
+        self, name: str, guard: Guard, producer: Producer | None = None
+    ) -> Written:
+        """A write with no entries (close-only): the same guard, then a conditional ext put
+        (with an idempotent producer's claim, the two at once)."""
         topic = topic_of(name)
+        claim = (
+            ProducerClaim(producer.id, producer.epoch, producer.seq)
+            if producer is not None
+            else None
+        )
         for attempt in range(HOT_ATTEMPTS):
             head = await self.engine.head_of(topic)
             if head is None or head.deleted:
                 raise StreamNotFound(name)
-            verdict = guard(head, head.ext, head.head_seq)
+            try:
+                verdict = guard(head, head.ext, head.head_seq)
+            except (StreamClosed, SeqConflict):
+                if producer is None:
+                    raise
+                dup = await self._producer_dup(name, producer, head)
+                if dup is None:
+                    raise
+                return dup
             if isinstance(verdict, Settle):
                 return verdict.note  # type: ignore[no-any-return]
-            if await self.engine.put_ext(head, verdict.ext) is not None:
-                return verdict.note  # type: ignore[no-any-return]
+            try:
+                if await self.engine.put_ext(head, verdict.ext, claim) is not None:
+                    return verdict.note  # type: ignore[no-any-return]
+            except ClaimRefused as refused:
+                assert producer is not None
+                return await self._refused(name, producer, refused.stored, head)
             await _backoff(attempt)
         raise StorageUnavailable(
             "stream update kept conflicting; retry", headers={"Retry-After": "1"}

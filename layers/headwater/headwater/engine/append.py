@@ -42,7 +42,7 @@ from headwater.engine.records import (
 from headwater.engine.retention import frame_expiry_s
 from headwater.engine.topics import Topics
 from headwater.engine.upkeep import UpkeepTrigger
-from headwater.engine.values import AppendRequest, AppendResult, Settle
+from headwater.engine.values import AppendRequest, AppendResult, ClaimRefused, Settle
 from headwater.errors import (
     HeadwaterError,
     InvalidRequest,
@@ -255,6 +255,7 @@ class Appender:
         count, nbytes = base.count, base.bytes
         admitted: list[int] = []
         seen_keys: dict[str, int] = {}
+        claimed: set[str] = set()
         window = cfg.idempotency_window_ms
         ext = base.ext
         guarded = False
@@ -265,6 +266,9 @@ class Appender:
             key = r.idempotency_key if window > 0 else None
             if key is not None and key in seen_keys:
                 continue  # same key twice in one group: settled from the first below
+            claim = r.claim
+            if claim is not None and claim.producer in claimed:
+                continue  # one write per producer per commit: the next one is next attempt's
             n, b = len(r.records), sum(rec.size for rec in r.records)
             if reject and ((cap_n > 0 and count + n > cap_n) or (cap_b > 0 and nbytes + b > cap_b)):
                 results[i] = TopicFull(
@@ -291,6 +295,8 @@ class Appender:
             admitted.append(i)
             if key is not None:
                 seen_keys[key] = i
+            if claim is not None:
+                claimed.add(claim.producer)
         if not admitted:
             if provisional and not verified:
                 for i in provisional:
@@ -463,8 +469,9 @@ class Appender:
             for i in admitted
             if reqs[i].idempotency_key is not None and window > 0
         ]
-        inline_tags = len(entries) + len(idem) + 2 <= MAX_TXN_ITEMS
-        if len(idem) + 2 > MAX_TXN_ITEMS:
+        n_claims = sum(1 for i in admitted if reqs[i].claim is not None)
+        inline_tags = len(entries) + len(idem) + n_claims + 2 <= MAX_TXN_ITEMS
+        if len(idem) + n_claims + 2 > MAX_TXN_ITEMS:
             if rsv is not None:
                 self._abandon(base, rsv, payload)
             raise InvalidRequest("too many idempotent writes in one group")
@@ -486,6 +493,7 @@ class Appender:
             )
         appended_bytes = rsv.appended_bytes if rsv is not None else base.appended_bytes + payload
         tag_pending = bool(entries) and not inline_tags and not creating
+        claims = [c for i in admitted if (c := reqs[i].claim) is not None]
         commit = AppendCommit(
             topic=topic,
             expected=head,
@@ -507,9 +515,11 @@ class Appender:
             # nothing but the frame to write: one conditional put at the reserved key
             single=rsv is not None
             and not idem
+            and not claims
             and not (entries and inline_tags)
             and not tag_pending,
             appended_bytes=appended_bytes,
+            claims=claims,
         )
         try:
             try:
@@ -530,6 +540,7 @@ class Appender:
             if spill_key:
                 self.core.blobs.delete_many([spill_key])
             self.core.head_cache.pop(topic, None)
+            self._refused_claims(reqs, admitted, results, rej)
             if rsv is None:
                 # Created (or recreated) by somebody else first, or (serialized) the head moved.
                 return Retry(rej.current_head or self.core.heads.get(topic), True), False
@@ -548,7 +559,7 @@ class Appender:
                         results[i] = AppendResult(
                             hit.first_seq, hit.last_seq, rsv.head.head_seq, False, True
                         )
-            if rej.head_conflict or not rej.idem_hits:
+            if rej.head_conflict or not (rej.idem_hits or rej.claim_hits):
                 return Retry(rej.current_head or self.core.heads.get(topic), True), False
             return Retry(rsv.head, False), False
         # Committed.
@@ -590,6 +601,26 @@ class Appender:
                 # the frame tag-pending and the next tag delete indexes it first.
                 log.warning("tag index for %s frame %d left pending", topic, last, exc_info=True)
         return None, True
+
+    @staticmethod
+    def _refused_claims(
+        reqs: list[AppendRequest],
+        admitted: list[int],
+        results: list[AppendResult | HeadwaterError | None],
+        rej: AppendRejected,
+    ) -> None:
+        """Settle the requests whose producer refused its claim: a producer that does not take
+        the write (a duplicate, a stale epoch, a gap) is the request's answer; one that would
+        take it but wrote after these seqs (another process reserved earlier and committed
+        later) tries again on fresh seqs, after its last write."""
+        for i in admitted:
+            claim = reqs[i].claim
+            if claim is None or claim.producer not in rej.claim_hits:
+                continue
+            got = rej.claim_hits[claim.producer]
+            stored = None if got is None else (got[0], got[1])
+            if not claim.takes(stored):
+                results[i] = ClaimRefused(claim.producer, stored)
 
     def _abandon(self, head: Head, rsv: Reservation, payload: int) -> None:
         """Fill our own reserved seqs as a hole (we know their span and bytes), so no reader

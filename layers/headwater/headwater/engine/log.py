@@ -24,7 +24,14 @@ from headwater.engine.core import LogCore, wall_ms
 from headwater.engine.deletes import RecordDeletes, after_delete
 from headwater.engine.heads import HeadHub, KnownHeads
 from headwater.engine.notifier import Notifier
-from headwater.engine.ports import BlobStore, Head, HeadStore, LogTailStore, SegmentStore
+from headwater.engine.ports import (
+    BlobStore,
+    Head,
+    HeadStore,
+    LogTailStore,
+    ProducerClaim,
+    SegmentStore,
+)
 from headwater.engine.quotas import Quotas
 from headwater.engine.ranges import RangeReader
 from headwater.engine.reads import DiffReader
@@ -248,9 +255,17 @@ class LogEngine:
         (conditional: None when it lost a race)."""
         return await self.topics.create_with_ext(topic, ext, replacing, base_seq)
 
-    async def put_ext(self, head: Head, ext: str) -> Head | None:
-        """Set a live head's ext iff its head_seq and ext are as read (None: it moved)."""
-        return await self.topics.put_ext(head, ext)
+    async def put_ext(
+        self, head: Head, ext: str, claim: ProducerClaim | None = None
+    ) -> Head | None:
+        """Set a live head's ext iff its head_seq and ext are as read (None: it moved); with
+        an idempotent producer's claim, both at once (ClaimRefused when it is not taken)."""
+        return await self.topics.put_ext(head, ext, claim)
+
+    async def producer_state(self, head: Head, producer: str) -> tuple[int, int] | None:
+        """An idempotent producer's stored (epoch, seq) in this incarnation, or None."""
+        got = await self.core.io(self.core.tail.get_producer, head, producer)
+        return None if got is None else (got[0], got[1])
 
     async def wait_change(self, topic: str, seen: Head, timeout_s: float) -> Head | None:
         """Wait until the topic's head moves past `seen` (an append, an ext change, a

@@ -178,9 +178,9 @@ def incompressible(data: bytes | memoryview) -> bool:
 
 def compress_frame(blob: bytes) -> bytes:
     """zlib a raw frame over 512 bytes when that saves at least 10%. Worth it for frames
-    stored in DynamoDB items (billed per KB started); frames spilled to S3 are stored raw (a PUT costs the same at any
-    size, and zlib costs ~20 ms of CPU per MB). A frame whose first 8 KiB do not compress is
-    not tried whole."""
+    stored in DynamoDB items (billed per KB started); frames spilled to S3 are stored raw
+    (a PUT costs the same at any size, and zlib costs ~20 ms of CPU per MB). A frame whose
+    first 8 KiB do not compress is not tried whole."""
     if blob[0] != FRAME_FORMAT_RAW or len(blob) <= _COMPRESS_OVER:
         return blob
     body = memoryview(blob)[1:]

@@ -11,10 +11,10 @@ from typing import Any
 
 from headwater.engine import config as topic_config
 from headwater.engine.core import MAX_ATTEMPTS, LogCore
-from headwater.engine.ports import Head
+from headwater.engine.ports import AppendRejected, Head, ProducerClaim
 from headwater.engine.quotas import TOPICS, TOTAL_BYTES
 from headwater.engine.segment import object_keys
-from headwater.engine.values import TopicPage
+from headwater.engine.values import ClaimRefused, TopicPage
 from headwater.errors import (
     StorageUnavailable,
     TopicExistsIncompatible,
@@ -116,9 +116,21 @@ class Topics:
             c.notifier.notify(topic)
         return head
 
-    async def put_ext(self, head: Head, ext: str) -> Head | None:
+    async def put_ext(
+        self, head: Head, ext: str, claim: ProducerClaim | None = None
+    ) -> Head | None:
+        """The ext iff the head is as read (None: it moved); with an idempotent producer's
+        claim, the two at once (ClaimRefused when the producer does not take it)."""
         c = self.core
-        ok = await c.io(c.heads.put_ext, head, ext)
+        try:
+            ok = await c.io(c.heads.put_ext, head, ext, claim)
+        except AppendRejected as rej:
+            if claim is None or claim.producer not in rej.claim_hits:
+                raise
+            stored = rej.claim_hits[claim.producer]
+            raise ClaimRefused(
+                claim.producer, None if stored is None else (stored[0], stored[1])
+            ) from None
         if not ok:
             return None
         new = dataclasses.replace(head, ext=ext)

@@ -6,8 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from headwater.engine.ports import Head
+from headwater.engine.ports import Head, ProducerClaim
 from headwater.engine.records import NewRecord, StoredRecord
+from headwater.errors import HeadwaterError
+
+__all__ = ["ProducerClaim"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,19 @@ class Settle:
 Guard = Callable[[Head, str, int], Admit | Settle]
 
 
+class ClaimRefused(HeadwaterError):
+    """A producer claim its producer's stored state does not take (a duplicate, a stale
+    epoch, a gap): nothing was written. `stored` is that state, (epoch, seq), or None for a
+    producer with none; the protocol layer says which error (or duplicate) it is."""
+
+    status, code = 409, "producer_conflict"
+
+    def __init__(self, producer: str, stored: tuple[int, int] | None) -> None:
+        super().__init__(f"producer {producer!r} does not take this write")
+        self.producer = producer
+        self.stored = stored
+
+
 @dataclass(frozen=True, slots=True)
 class AppendRequest:
     """One append: its records, and what decides whether and how it applies (an
@@ -46,6 +62,7 @@ class AppendRequest:
     # On create: the topic's log starts after this seq (a Durable Streams fork continues its
     # source's offsets; seqs up to base_seq are served from the source, not this topic).
     base_seq: int = 0
+    claim: ProducerClaim | None = None  # an idempotent producer's write (ClaimRefused)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,6 +23,7 @@ from headwater.engine.ports import (
     Head,
     IdemHit,
     KnownRecords,
+    ProducerClaim,
     Reservation,
     TagEntry,
     frame_pk,
@@ -35,6 +37,7 @@ from headwater.storage.ddb import (
     batch_delete,
     conditional,
     error_code,
+    mark_cid,
     new_cid,
     transact,
     write_once,
@@ -83,6 +86,62 @@ def head_from_item(item: dict[str, Any]) -> Head:
 
 
 HOLE_ATTR = "hl"  # a hole: seqs reserved that no append committed (no records)
+
+
+PRODUCER_TTL_S = 30 * 86_400  # an idempotent producer idle this long starts over
+
+
+def producer_pk(topic: str, epoch: int) -> str:
+    return f"p#{topic}#{epoch}"
+
+
+def claim_op(
+    table: str,
+    topic: str,
+    epoch: int,
+    claim: ProducerClaim,
+    at: int,
+    cid: str,
+    now_ms: int,
+    *,
+    ordered: bool = True,
+) -> dict[str, Any]:
+    """A producer's claim as a transaction item (docs/storage.md "Producers"): its state
+    moves to (epoch, seq) and its last frame key to `at`, iff it takes that write next (and,
+    `ordered`, its last frame is before `at`); a refusal returns the stored state."""
+    values: dict[str, Any] = {
+        ":e": _n(claim.epoch),
+        ":q": _n(claim.seq),
+        ":s": _n(at),
+        ":ttl": _n(now_ms // 1000 + PRODUCER_TTL_S),
+        ":cid": _s(cid),
+    }
+    if claim.seq == 0:
+        cond = "(attribute_not_exists(pk) OR e < :e)"
+    else:
+        cond = "e = :e AND q = :qp"
+        values[":qp"] = _n(claim.seq - 1)
+    if ordered:
+        cond += " AND (attribute_not_exists(s) OR s < :s)"
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": {"pk": _s(producer_pk(topic, epoch)), "sk": _s(claim.producer)},
+            "UpdateExpression": f"SET e = :e, q = :q, s = :s, #ttl = :ttl, {CID_ATTR} = :cid",
+            "ConditionExpression": cond,
+            "ExpressionAttributeNames": {"#ttl": "ttl"},
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+def claim_hit(reason: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The stored (epoch, seq, last frame key) a refused claim returned (None: no state)."""
+    old = reason.get("Item")
+    if not old or "e" not in old:
+        return None
+    return _i(old, "e"), _i(old, "q"), _i(old, "s")
 
 
 def _ext_condition(expected: str) -> tuple[str, dict[str, Any]]:
@@ -148,6 +207,7 @@ class DynamoHeadStore:
     def __init__(self, client: Any, settings: Settings) -> None:
         self._ddb = client
         self._table = settings.table_name(HEADS.logical)
+        self._index_table = settings.table_name(INDEX.logical)
 
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
         return read_head(self._ddb, self._table, topic, consistent)
@@ -251,19 +311,43 @@ class DynamoHeadStore:
             },
         )
 
-    def put_ext(self, head: Head, ext: str) -> bool:
+    def put_ext(self, head: Head, ext: str, claim: ProducerClaim | None = None) -> bool:
         if not ext:
             raise ValueError("ext must not be empty")
         cond, values = _ext_condition(head.ext)
         values.update({":x2": _s(ext), ":ep": _n(head.epoch), ":h": _n(head.head_seq)})
-        return conditional(
-            self._ddb.update_item,
-            TableName=self._table,
-            Key={"pk": _s(head.topic)},
-            UpdateExpression="SET x = :x2",
-            ConditionExpression=f"ep = :ep AND hs = :h AND attribute_not_exists(dl) AND {cond}",
-            ExpressionAttributeValues=values,
-        )
+        update: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": {"pk": _s(head.topic)},
+            "UpdateExpression": "SET x = :x2",
+            "ConditionExpression": f"ep = :ep AND hs = :h AND attribute_not_exists(dl) AND {cond}",
+            "ExpressionAttributeValues": values,
+        }
+        if claim is None:
+            return conditional(self._ddb.update_item, **update)
+        # the ext and a producer's claim at once (a close-only write with producer headers)
+        cid = new_cid()
+        now = int(time.time() * 1000)
+        items = [
+            *mark_cid([{"Update": update}], cid),
+            claim_op(
+                self._index_table,
+                head.topic,
+                head.epoch,
+                claim,
+                head.head_seq,
+                cid,
+                now,
+                ordered=False,
+            ),
+        ]
+        outcome = transact(self._ddb, items, cid)
+        if outcome.committed or any_mine(outcome.reasons, cid):
+            return True
+        reasons = outcome.reasons
+        if len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
+            raise AppendRejected(False, {}, claim_hits={claim.producer: claim_hit(reasons[1])})
+        return False
 
     def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
         """Replace the head with its deleted marker, iff nothing was reserved since `head`
@@ -507,6 +591,9 @@ class DynamoLogTailStore:
                     }
                 }
             )
+        claim_start = len(items)
+        for claim in c.claims:
+            items.append(claim_op(self._index_table, c.topic, epoch, claim, c.first_seq, cid, c.ts))
         idem_start = len(items)
         idem_pk = f"i#{c.topic}#{epoch}"
         for ie in c.idem:
@@ -540,11 +627,14 @@ class DynamoLogTailStore:
         head_conflict = False
         current: Head | None = None
         hits: dict[str, IdemHit | None] = {}
+        claim_hits: dict[str, tuple[int, int, int] | None] = {}
         for idx, reason in enumerate(reasons):
             rcode = reason.get("Code", "None")
             if rcode in ("None", None, "") or idx == 0:
                 continue
-            if idx >= idem_start and rcode == "ConditionalCheckFailed":
+            if claim_start <= idx < idem_start and rcode == "ConditionalCheckFailed":
+                claim_hits[c.claims[idx - claim_start].producer] = claim_hit(reason)
+            elif idx >= idem_start and rcode == "ConditionalCheckFailed":
                 old = reason.get("Item")
                 key = c.idem[idx - idem_start].key
                 hits[key] = IdemHit(_i(old, "f"), _i(old, "l")) if old else None
@@ -560,7 +650,9 @@ class DynamoLogTailStore:
             head_conflict = True
         if c.new_head is not None and head_conflict and current is None:
             current = self._current_head(c.topic)
-        raise AppendRejected(head_conflict, hits, current, slot_lost=slot_lost)
+        raise AppendRejected(
+            head_conflict, hits, current, slot_lost=slot_lost, claim_hits=claim_hits
+        )
 
     def _put_frame(self, c: AppendCommit, frame: dict[str, Any], cid: str) -> bool:
         """The one-write append: the frame at its reserved key, iff the key is free. A failed
@@ -775,6 +867,15 @@ class DynamoLogTailStore:
                     out[f.first_seq] = f
                 request = resp.get("UnprocessedKeys") or {}
         return out
+
+    def get_producer(self, head: Head, producer: str) -> tuple[int, int, int] | None:
+        item = _call(
+            self._ddb.get_item,
+            TableName=self._index_table,
+            Key={"pk": _s(producer_pk(head.topic, head.epoch)), "sk": _s(producer)},
+            ConsistentRead=True,
+        ).get("Item")
+        return claim_hit({"Item": item}) if item else None
 
     def get_idempotency(self, head: Head, key: str, now_ms: int) -> IdemHit | None:
         resp = _call(

@@ -132,6 +132,28 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerClaim:
+    """An idempotent producer's write (Kafka's producer id, epoch and seq): it commits with
+    the records iff the producer's stored state takes (epoch, seq) as its next write: a new
+    producer at seq 0, a new epoch at seq 0, or the seq after the stored one in the stored
+    epoch; and only after the producer's last write in the log. The state is an item of its
+    own beside the log (docs/storage.md "Producers"), so producers never contend."""
+
+    producer: str
+    epoch: int
+    seq: int
+
+    def takes(self, stored: tuple[int, int] | None) -> bool:
+        """Whether a producer whose stored (epoch, seq) is `stored` takes this write next."""
+        if stored is None:
+            return self.seq == 0
+        epoch, seq = stored
+        if self.epoch > epoch:
+            return self.seq == 0
+        return self.epoch == epoch and self.seq == seq + 1
+
+
+@dataclass(frozen=True, slots=True)
 class TagEntry:
     """The seqs of one frame that carry one tag: a tag index item, written with the frame."""
 
@@ -177,7 +199,7 @@ class AppendCommit:
     tag_pending: bool
     idem: list[IdemEntry]
     expires_s: int | None = None  # DynamoDB TTL of the frame item
-    # Guarded appends that change the ext (a close, a producer's seq, a flag namespace's
+    # Guarded appends that change the ext (a close, a Stream-Seq, a flag namespace's
     # tree) are serialized: no reservation, the head moves with the frame in one transaction,
     # iff its seqs and ext are still as `expected` (so a reader never sees the head's seqs
     # and its ext apart, and everyone who judged on the old ext is ordered before it); the
@@ -192,6 +214,9 @@ class AppendCommit:
     # The frame alone, one conditional put at the reserved key (no other item to write).
     single: bool = False
     appended_bytes: int = 0  # the log's cumulative reserved payload bytes through last_seq
+    # Idempotent producers' writes, committed with the frame iff each producer takes its
+    # write next, after its last one in the log (its stored last frame key < first_seq).
+    claims: list[ProducerClaim] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,12 +324,15 @@ class AppendRejected(Exception):
         current_head: Head | None = None,
         *,
         slot_lost: bool = False,
+        claim_hits: dict[str, tuple[int, int, int] | None] | None = None,
     ) -> None:
         super().__init__("append refused")
         self.head_conflict = head_conflict
         self.idem_hits = idem_hits
         self.current_head = current_head
         self.slot_lost = slot_lost
+        # producers whose claim was refused: their stored (epoch, seq, last frame key)
+        self.claim_hits = claim_hits or {}
 
 
 class HeadStore(Protocol):
@@ -330,8 +358,9 @@ class HeadStore(Protocol):
     ) -> dict[str, Head]: ...  # one BatchGetItem per 100 names; absent topics are left out
     def create(self, head: Head, *, replacing: Head | None) -> bool: ...
     def put_config(self, head: Head, config: dict[str, Any]) -> bool: ...
-    # iff head_seq (nothing reserved since) and ext unchanged
-    def put_ext(self, head: Head, ext: str) -> bool: ...
+    # iff head_seq (nothing reserved since) and ext unchanged; with a producer's claim, the
+    # two at once (AppendRejected with claim_hits when the producer does not take it)
+    def put_ext(self, head: Head, ext: str, claim: ProducerClaim | None = None) -> bool: ...
     def mark_deleted(
         self, head: Head, *, if_empty: bool, if_ext: str | None = None
     ) -> bool: ...  # if_ext: iff the ext attribute still holds it
@@ -366,6 +395,8 @@ class LogTailStore(Protocol):
     # Tail frames are keyed by their first seq (get_frames answers by it, delete_frames takes it).
     def get_frames(self, head: Head, frame_seqs: Sequence[int]) -> dict[int, Frame]: ...
     def get_idempotency(self, head: Head, key: str, now_ms: int) -> IdemHit | None: ...
+    # A producer's stored (epoch, seq, last frame key), or None
+    def get_producer(self, head: Head, producer: str) -> tuple[int, int, int] | None: ...
     def tag_lookup(self, head: Head, tag: str, prefix: bool) -> list[TagEntry]: ...
     def write_tag_entries(self, head: Head, entries: Sequence[TagEntry]) -> None: ...
     def commit_delete(self, commit: DeleteCommit) -> bool: ...

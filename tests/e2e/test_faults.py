@@ -59,7 +59,7 @@ FLAG_NS = "/api/v1/tenants/acme/namespaces/faults/manifest"
 FAULTS = {"drop": 0.10, "timeout": 0.01, "error": 0.02, "throttle": 0.02, "slow": 0.02}
 SERVER_ENV = {
     "HEADWATER_AWS_READ_TIMEOUT_MS": "2000",  # the proxy holds answers 3 s: they time out
-    "HEADWATER_SEAL_RECORDS": "48",  # seal (and trim: MIN_RUN_S) during the run
+    "HEADWATER_SEAL_RECORDS": "24",  # seal early (and trim: MIN_RUN_S) during the run
     # Trimming waits out the longest a lost answer can stay unresolved (here ~2 s x 8
     # botocore attempts + the 10 s re-send budget), as the default 60 s does: a commit's
     # frame must not be trimmed while its outcome may still be in question (docs/storage.md)

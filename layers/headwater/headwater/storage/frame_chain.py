@@ -25,6 +25,9 @@ from headwater.storage.schema import LOG
 
 Item = dict[str, Any]
 MAX_PAGE = 64
+# A span of at most this many seqs is read by key (one BatchGetItem), not by a Query per
+# partition: a tail read of the few newest frames costs one call, not four.
+SHORT_SPAN = 8
 
 
 class _Partition:
@@ -92,6 +95,18 @@ class DynamoFrameChain:
         if upto_seq <= after_seq:
             return
         parts = max(1, head.partitions)
+        if parts > 1 and upto_seq - after_seq <= SHORT_SPAN:
+            # A short span (a reader at the tail, one-record frames from many writers): its
+            # keys in one BatchGetItem instead of a Query per partition.
+            got = self._keys(head, range(after_seq + 1, upto_seq + 1), projection)
+            short = got.get(after_seq + 1) or self.holding(head, after_seq, projection)
+            while short is not None:
+                yield short
+                key = _i(short, "ls") + 1
+                if key > upto_seq:
+                    return
+                short = got.get(key)
+            return
         page = min(MAX_PAGE, max(2, -(-want // parts) + 1))
         cursors = [
             _Partition(self._table, _pk(head, p), after_seq + 1, upto_seq, page, projection)
@@ -114,6 +129,26 @@ class DynamoFrameChain:
             if key > upto_seq:
                 return
             item = cursors[frame_partition(key, parts)].find(self._ddb, key)
+
+    def _keys(self, head: Head, keys: range, projection: str | None) -> dict[int, Item]:
+        """The items at these frame keys, each in its partition: one BatchGetItem."""
+        request: dict[str, Any] = {
+            self._table: {
+                "Keys": [{"pk": _s(head.frame_pk(k)), "sk": _n(k)} for k in keys],
+                "ConsistentRead": True,
+            }
+        }
+        if projection:
+            request[self._table]["ProjectionExpression"] = projection
+            if "#ttl" in projection:
+                request[self._table]["ExpressionAttributeNames"] = {"#ttl": "ttl"}
+        out: dict[int, Item] = {}
+        while request:
+            resp = _call(self._ddb.batch_get_item, RequestItems=request)
+            for item in resp.get("Responses", {}).get(self._table, []):
+                out[_i(item, "sk")] = item
+            request = resp.get("UnprocessedKeys") or {}
+        return out
 
     def holding(self, head: Head, after_seq: int, projection: str | None = None) -> Item | None:
         """The frame that starts at or before `after_seq` and ends after it (a cursor inside

@@ -11,11 +11,14 @@ readers pay for writers in flight. This measures that payment.
 
 Processes, as bench_writers builds them (standard Lambda: one request per process): the
 emulator(s), N writer servers and N reader servers (bench/server.py, one topic), and one
-load generator holding N closed-loop writers. Writer w appends one 1 KB record to writer
-server w; as soon as the append is acknowledged at seq s, it reads from reader server w
-(`POST /v0/topics/<t>/diff` with `from_seq` s - 1, `limit` 1, a strong head read) and must
-get its own record back: the record at seq s, with its id. That read is timed from its
-send; then the writer appends again.
+load generator holding N closed-loop writers, each with a reader that follows the whole
+topic. Writer w appends one 1 KB record to writer server w; as soon as the append is
+acknowledged at seq s, its reader reads from reader server w from its cursor
+(`POST /v0/topics/<t>/diff`, `limit` 1000, a strong head read: every writer's records since
+its last read, up to the head) and must get the record at seq s, with its id, in that very
+read; the cursor moves on. The read is timed from its send, and it waits on the other
+writers' slots still open below the head: that wait is the cost measured. Then the writer
+appends again.
 
 Printed per N: appends/s; append p50/p99; read-after-ack p50/p99/max; reads that did not
 return the record just acknowledged (read-your-writes violations: must be 0); the readers'
@@ -80,6 +83,7 @@ async def _ryw_main(spec: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]
     pools = [_pad_pool(w) for w in range(len(wurls))]
     ops: list[list[float]] = []
     bad: list[str] = []
+    cursors = [0] * len(wurls)
 
     async def one(w: int, i: int, timed: bool) -> None:
         data = record_data(spec["tag"], w, i, pools[w])
@@ -93,15 +97,19 @@ async def _ryw_main(spec: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]
                 ops.append([w, status, -1, (t1 - t0) * 1000, 0.0, 0])
             return
         seq = int(json.loads(content)["first_seq"])
-        body = json.dumps({"from_seq": seq - 1, "limit": 1}).encode()
+        # the reader follows the whole topic from its cursor: the records of every writer
+        # since its last read, up to the head, its own append among them
+        body = json.dumps({"from_seq": cursors[w], "limit": 1000}).encode()
         rstatus, rcontent = await asyncio.wait_for(
             rconn[w].request("POST", f"{path}/diff", body), REQUEST_TIMEOUT_S
         )
         t2 = time.perf_counter()
         ok = 0
         if rstatus == 200:
-            recs = json.loads(rcontent)["records"]
-            ok = int(bool(recs) and recs[0]["$seq"] == seq and recs[0]["data"]["id"] == data["id"])
+            got = json.loads(rcontent)
+            mine = [r for r in got["records"] if r["$seq"] == seq]
+            ok = int(bool(mine) and mine[0]["data"]["id"] == data["id"])
+            cursors[w] = max(cursors[w], int(got["next_from_seq"]))
         if not ok and len(bad) < 5:
             bad.append(f"w{w} seq {seq}: {rstatus} {rcontent[:200]!r}")
         if timed:

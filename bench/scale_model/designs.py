@@ -70,6 +70,10 @@ class Design:
     counter_reads_head (counter only): a process reads the head (GetItem) before its first
       reservation to a topic, as the built engine does (it judges config and caps on it, and
       caches the head each reservation returns); the probe (e) skipped that read.
+    reserve_fail_fast (counter only): a throttled reservation is not retried by the SDK or
+      re-sent by the engine: the request answers 429 (Retry-After) and the client backs off
+      (full jitter) and sends it again, as the engine does for /v0 (unless
+      disable_backpressure) and /v1 appends.
     hole_timeout_s (counter only): a frame put that lands later than this after its
       reservation applied finds its slot filled by a reader (CORFU's hole fill,
       HEADWATER_HOLE_TIMEOUT_MS): the put fails (billed, a lost race), the reader's hole
@@ -95,6 +99,7 @@ class Design:
     hop_learns_newest: bool = False  # "slot": a loser learns the tail (idealised), not n+1
     counter_reads_head: bool = False  # "counter": a process reads the head before reserving
     hole_timeout_s: float | None = None  # "counter": a put this late finds its slot filled
+    reserve_fail_fast: bool = False  # "counter": a throttled reservation answers 429 at once
 
 
 DESIGNS: tuple[Design, ...] = (
@@ -197,6 +202,20 @@ DESIGNS: tuple[Design, ...] = (
         frame_keys=4,
         counter_reads_head=True,
         hole_timeout_s=1.0,
+    ),
+    # (i) with backpressure: a reservation the head key throttles is not backed off inside
+    # the function (billed Lambda time) but answered 429 with Retry-After at once.
+    Design(
+        "j",
+        "counter-429",
+        "built: (i), and a throttled reservation answers 429 at once (the client backs off) "
+        "instead of botocore's back-off inside the function",
+        transaction=False,
+        sequencer="counter",
+        frame_keys=4,
+        counter_reads_head=True,
+        hole_timeout_s=1.0,
+        reserve_fail_fast=True,
     ),
 )
 

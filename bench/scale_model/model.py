@@ -178,17 +178,21 @@ class Model:
         reserve: int = 1,
         applied: list[float] | None = None,
         deadline: float = math.inf,
+        attempts: int | None = None,
     ) -> Generator[Any, Any, tuple[str, int]]:
         """One retried request. `cond` (topic, expected frames): applies only if the topic's
         frame count is `expected`, which it then advances. `bump` >= 0: the topic whose
         counter to advance unconditionally, reserving `reserve` seqs; what it returns is then
         the first seq reserved (and `applied` gets when it applied). `observe` >= 0: a
         read of that topic's frame count. `deadline`: a write that would apply after it
-        finds its key taken (a reader's hole) and fails as a lost race. Returns (outcome,
+        finds its key taken (a reader's hole) and fails as a lost race. `attempts`: SDK
+        attempts instead of the default (1: a throttle fails the call). Returns (outcome,
         frame count seen, or first seq reserved)."""
         p = self.p
         start = self.sim.now
         sdk_attempts = 1 if kind == TXN else p.sdk_max_attempts
+        if attempts is not None:
+            sdk_attempts = attempts
         resends = 0
         while True:
             for attempt in range(1, sdk_attempts + 1):
@@ -296,6 +300,8 @@ class Model:
                     bump=topic,
                     reserve=records,
                     applied=applied,
+                    attempts=1 if d.reserve_fail_fast else None,
+                    resend=not d.reserve_fail_fast,
                 )
                 if got != OK:
                     return False

@@ -87,3 +87,49 @@ def test_writers_in_one_request_processes_never_race(cluster: Cluster, tmp_path:
                 {"w": w, "i": i, "pad": "x" * 900} for i in range(APPENDS)
             ]
             assert seqs == sorted(seqs)
+
+
+def test_a_saturated_topic_answers_429_at_once_unless_the_writer_opts_out(
+    cluster: Cluster, tmp_path: object
+) -> None:
+    """DynamoDB throttling the topic's head key (past ~1,000 writes a second): the
+    reservation is not retried in the server (botocore would back off for seconds of billed
+    Lambda time); the client gets 429 with Retry-After, as the spec's backpressure says. With
+    `disable_backpressure` the server waits it out instead."""
+    with FaultProxyProcess(cluster.emulator.url, seed=5) as proxy:
+        env = {"AWS_ENDPOINT_URL_DYNAMODB": proxy.url, "HEADWATER_TIERING_INTERVAL_MS": "0"}
+        server = cluster.start_server(str(tmp_path), **env)
+        url = f"{server.url}/v0/topics/hot"
+        assert httpx.post(url, json={"records": [{"data": 1}]}, timeout=30).status_code == 201
+        # GIVEN every reservation is throttled
+        proxy.set(throttle=1.0, only=["UpdateItem"])
+        before = proxy.stats()
+        # WHEN an append is sent THEN it is 429 throttled with Retry-After, after one attempt
+        r = httpx.post(url, json={"records": [{"data": 2}]}, timeout=60)
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["code"] == "throttled" and r.headers["retry-after"] == "1"
+        after = proxy.stats()
+        assert (
+            after["by_api"]["UpdateItem"]["throttle"]
+            - before["by_api"].get("UpdateItem", {}).get("throttle", 0)
+            == 1
+        )
+        # AND a Durable Streams append is told the same way (the protocol's 429 backpressure)
+        proxy.calm()
+        ds = f"{server.url}/v1/stream/hot-ds"
+        json_type = {"Content-Type": "application/json"}
+        assert httpx.put(ds, headers=json_type, timeout=30).status_code == 201
+        proxy.set(throttle=1.0, only=["UpdateItem"])
+        r = httpx.post(ds, content=b'{"x": 1}', headers=json_type, timeout=60)
+        assert r.status_code == 429, r.text
+        assert r.headers["retry-after"] == "1"
+        # AND with half the reservations throttled, one that opts out is written after the
+        # server's own retries
+        proxy.set(throttle=0.5, only=["UpdateItem"])
+        r = httpx.post(
+            url, json={"records": [{"data": 3}], "disable_backpressure": True}, timeout=120
+        )
+        assert r.status_code == 200, r.text
+        proxy.calm()
+        body = httpx.post(f"{url}/diff", json={"from_seq": 0}, timeout=30).json()
+        assert [rec["data"] for rec in body["records"]] == [1, 3]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from headwater.engine.ports import AppendRejected, Head, ProducerClaim, Reservation
+from headwater.errors import Throttled
 from tests.fakes.storage import FaultHook, HeadRow, MemoryAccount, Send
 
 
@@ -45,6 +46,10 @@ class MemoryHeadStore(FaultHook):
 
     def __init__(self, account: MemoryAccount) -> None:
         self.account = account
+        # the next this many reservations meet a throttled head key (DynamoDB past ~1,000
+        # writes a second on one key): refused at once when not patient, else (botocore's
+        # back-off, elided) applied
+        self.throttle_next = 0
 
     # --- reads --------------------------------------------------------------------------
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
@@ -94,12 +99,17 @@ class MemoryHeadStore(FaultHook):
         ext: str | None = None,
         max_count: int | None = None,
         max_bytes: int | None = None,
+        patient: bool = True,
     ) -> Reservation:
         """The counter step of storage/dynamo.py `reserve`: iff the head is live in its epoch
         with the config (ext, caps) judged on; a re-send that finds our commit id on the head
         (nobody reserved since) answers the seqs it took."""
         acct = self.account
         cid = acct.new_cid()
+        if self.throttle_next > 0:
+            self.throttle_next -= 1
+            if not patient:
+                raise Throttled(f"topic {head.topic!r} is at its write rate; retry")
 
         def attempt(send: Send) -> Reservation:
             with acct.lock:

@@ -243,3 +243,26 @@ def test_idempotent_producers_in_two_processes_never_race_each_other() -> None:
             assert len(await a.history(TOPIC)) == 60
 
     asyncio.run(scenario())
+
+
+def test_a_saturated_topic_answers_429_to_requests_that_take_backpressure() -> None:
+    from headwater.errors import Throttled
+
+    async def scenario() -> None:
+        async with processes(1, ManualClock()) as (p,):
+            await p.engine.put_topic(TOPIC, {})
+            # GIVEN the topic's head key throttles the next reservation
+            p.stores.heads.throttle_next = 1
+            # WHEN an append that takes backpressure (/v0's default, /v1) is sent
+            # THEN it is told at once: 429 with Retry-After, nothing reserved or written
+            with pytest.raises(Throttled):
+                await p.engine.append(TOPIC, AppendRequest([rec(x=1)], backpressure=True))
+            head = await p.engine.head_of(TOPIC)
+            assert head is not None and head.head_seq == 0
+            # AND one that opted out (`disable_backpressure`) waits it out and is written
+            p.stores.heads.throttle_next = 1
+            got = await p.engine.append(TOPIC, AppendRequest([rec(x=2)], backpressure=False))
+            assert got.first_seq == 1
+            assert datas(await p.history(TOPIC)) == [{"x": 2}]
+
+    asyncio.run(scenario())

@@ -491,7 +491,12 @@ class DurableStreams:
                 else None
             )
             request = AppendRequest(
-                _records(shaped), create=False, guard=guard, ts_hint=ts_hint, claim=claim
+                _records(shaped),
+                create=False,
+                guard=guard,
+                ts_hint=ts_hint,
+                claim=claim,
+                backpressure=True,  # protocol: 429 with Retry-After under backpressure
             )
             try:
                 res = await self.engine.append(topic_of(name), request)

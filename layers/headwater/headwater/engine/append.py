@@ -442,7 +442,13 @@ class Appender:
                     ext=base.ext if guard is not None else None,
                     max_count=max_count,
                     max_bytes=max_bytes,
+                    # a saturated topic answers 429 unless a request would rather wait
+                    patient=not all(reqs[i].backpressure for i in admitted),
                 )
+            except Throttled:
+                if spill_key:  # the topic is saturated: the client backs off (429)
+                    self.core.blobs.delete_many([spill_key])
+                raise
             except AppendRejected as rej:
                 # The head is not what the guards, caps or config were judged on: judge again
                 # on the head the refusal returned (no seqs were taken).

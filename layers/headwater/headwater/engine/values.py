@@ -63,6 +63,10 @@ class AppendRequest:
     # source's offsets; seqs up to base_seq are served from the source, not this topic).
     base_seq: int = 0
     claim: ProducerClaim | None = None  # an idempotent producer's write (ClaimRefused)
+    # A topic at its write ceiling (its head key throttled): answer 429 `throttled` with
+    # Retry-After at once (True: /v0's default, /v1), or wait in storage's back-off
+    # (False: /v0's `disable_backpressure`, the surfaces whose specs have no 429).
+    backpressure: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,7 @@ def parse_append(
     create = body.get("create")
     if create is not None and not isinstance(create, bool):
         raise InvalidRequest("create must be a boolean", detail={"field": "create"})
-    boolean(body, "disable_backpressure", False)
+    backpressure = not boolean(body, "disable_backpressure", False)
     config = body.get("config")
     patch = validate_config_patch(config, topic) if config is not None else None
     out: list[NewRecord] = []
@@ -168,7 +168,7 @@ def parse_append(
             )
         size = encoded_size(data_raw, meta_raw, tag, node)
         out.append(NewRecord(None, node, tag, meta, size, data_raw, meta_raw))
-    return AppendRequest(out, key, create, patch)
+    return AppendRequest(out, key, create, patch, backpressure=backpressure)
 
 
 def parse_diff(body: Any, limits: Limits) -> DiffRequest:

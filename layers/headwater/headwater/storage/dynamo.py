@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from headwater.engine.ports import (
     frame_pk,
 )
 from headwater.engine.records import Frame, StoredRecord, decode_records
-from headwater.errors import StorageUnavailable
+from headwater.errors import StorageUnavailable, Throttled
 from headwater.settings import Settings
 from headwater.storage.ddb import (
     CID_ATTR,
@@ -200,6 +201,28 @@ def head_to_item(h: Head) -> dict[str, Any]:
     return item
 
 
+# Throttling answers that mean nothing was applied: a key (here a topic's head) past its
+# write rate. A reservation that must not wait for them answers 429 instead (fail_fast).
+THROTTLE_CODES = frozenset(
+    {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"}
+)
+_fast = threading.local()
+
+
+class _ThrottledNow(Exception):
+    """Raised out of botocore's retry decision for a throttled call made under fail_fast."""
+
+
+def _no_throttle_retry(response: Any = None, **_: Any) -> None:
+    """botocore's `needs-retry` event for UpdateItem: under fail_fast, a throttled answer
+    ends the call (nothing of it applied) instead of botocore's back-off (1 s base, random,
+    up to 8 attempts: seconds billed in a Lambda doing nothing)."""
+    if getattr(_fast, "on", False) and response is not None:
+        parsed = response[1] if isinstance(response, tuple) else {}
+        if parsed.get("Error", {}).get("Code") in THROTTLE_CODES:
+            raise _ThrottledNow(parsed["Error"]["Code"])
+
+
 class DynamoHeadStore:
     """Heads: one item per topic, whose counter hands out seqs (reserve). A head read is
     one GetItem: the item holds every seq reserved and every counter."""
@@ -208,6 +231,13 @@ class DynamoHeadStore:
         self._ddb = client
         self._table = settings.table_name(HEADS.logical)
         self._index_table = settings.table_name(INDEX.logical)
+        events = getattr(getattr(client, "meta", None), "events", None)
+        if events is not None:  # one registration per client, however many stores
+            events.register(
+                "needs-retry.dynamodb.UpdateItem",
+                _no_throttle_retry,
+                unique_id="headwater-reserve-fail-fast",
+            )
 
     def get(self, topic: str, *, consistent: bool = True) -> Head | None:
         return read_head(self._ddb, self._table, topic, consistent)
@@ -222,6 +252,7 @@ class DynamoHeadStore:
         ext: str | None = None,
         max_count: int | None = None,
         max_bytes: int | None = None,
+        patient: bool = True,
     ) -> Reservation:
         """One UpdateItem: ADD n to the head seq (and every counter with it), iff the head is
         live in its epoch with the config (and ext, caps) the append was judged on.
@@ -248,19 +279,19 @@ class DynamoHeadStore:
         if max_bytes is not None:
             cond += " AND byt <= :mb"
             values[":mb"] = _n(max_bytes)
-        got = write_once(
-            self._ddb.update_item,
-            once=True,
-            conflict=True,
-            TableName=self._table,
-            Key={"pk": _s(head.topic)},
-            UpdateExpression="SET lw = :ts ADD hs :n, ac :n, ab :b, cnt :n, byt :b, ub :b",
-            ConditionExpression=cond,
-            ExpressionAttributeValues=values,
-            # the counters before the step (what was updated), not the whole item: the rest
-            # is as `head` says, or the condition would have failed
-            ReturnValues="UPDATED_OLD",
-        )
+        _fast.on = not patient
+        try:
+            got = self._step(head, cond, values)
+        except _ThrottledNow as exc:
+            # The topic is at its write ceiling (its head key): nothing was reserved, and the
+            # client is told to come back rather than waiting here (spec: 429 throttled).
+            raise Throttled(
+                f"topic {head.topic!r} is at its write rate; retry",
+                detail={"topic": head.topic, "aws_error": str(exc)},
+                headers={"Retry-After": "1"},
+            ) from None
+        finally:
+            _fast.on = False
         assert got is not None  # `conflict`: a failed condition answers with the item
         old = got.get("Attributes")
         if got.get("Conflict"):
@@ -294,6 +325,21 @@ class DynamoHeadStore:
             appended_bytes=before.appended_bytes + nbytes,
             head=after,
             retried=bool(got.get("Repeated")) or int(meta.get("RetryAttempts", 0) or 0) > 0,
+        )
+
+    def _step(self, head: Head, cond: str, values: dict[str, Any]) -> dict[str, Any] | None:
+        return write_once(
+            self._ddb.update_item,
+            once=True,
+            conflict=True,
+            TableName=self._table,
+            Key={"pk": _s(head.topic)},
+            UpdateExpression="SET lw = :ts ADD hs :n, ac :n, ab :b, cnt :n, byt :b, ub :b",
+            ConditionExpression=cond,
+            ExpressionAttributeValues=values,
+            # the counters before the step (what was updated), not the whole item: the rest
+            # is as `head` says, or the condition would have failed
+            ReturnValues="UPDATED_OLD",
         )
 
     def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:

@@ -352,7 +352,10 @@ class HeadStore(Protocol):
         ext: str | None = None,
         max_count: int | None = None,
         max_bytes: int | None = None,
+        patient: bool = True,
     ) -> Reservation: ...
+    # (patient=False: a throttled step raises Throttled at once, not after the SDK's and the
+    # adapter's back-off: the topic is at its write ceiling, and the client is told so)
     def get_many(
         self, topics: Sequence[str], *, consistent: bool = True
     ) -> dict[str, Head]: ...  # one BatchGetItem per 100 names; absent topics are left out

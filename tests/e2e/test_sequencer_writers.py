@@ -108,6 +108,8 @@ def test_a_saturated_topic_answers_429_at_once_unless_the_writer_opts_out(
         r = httpx.post(url, json={"records": [{"data": 2}]}, timeout=60)
         assert r.status_code == 429, r.text
         assert r.json()["error"]["code"] == "throttled" and r.headers["retry-after"] == "1"
+        # (a sub-second hint, spread so that writers do not come back together)
+        assert 20 <= r.json()["error"]["detail"]["retry_after_ms"] <= 200
         after = proxy.stats()
         assert (
             after["by_api"]["UpdateItem"]["throttle"]

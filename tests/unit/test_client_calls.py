@@ -114,6 +114,18 @@ def test_errors_carry_the_envelope_and_are_typed() -> None:
             )
         if path == "/v1/stream/s":  # Durable Streams' envelope has no detail
             return httpx.Response(404, json={"error": {"code": "not_found", "message": "no s"}})
+        if path == "/v0/topics/hot":  # a saturated topic: a sub-second hint in the detail
+            return httpx.Response(
+                429,
+                headers={"Retry-After": "1"},
+                json={
+                    "error": {
+                        "code": "throttled",
+                        "message": "hot",
+                        "detail": {"topic": "hot", "retry_after_ms": 120},
+                    }
+                },
+            )
         return httpx.Response(502, text="<html>bad gateway</html>")
 
     with mock(handler) as hw:
@@ -133,6 +145,9 @@ def test_errors_carry_the_envelope_and_are_typed() -> None:
         with pytest.raises(Throttled) as th:
             hw.list_topics()
         assert th.value.retry_after == 3.0
+        with pytest.raises(Throttled) as hot:
+            hw.get_topic("hot")
+        assert hot.value.retry_after == 0.12
         with pytest.raises(NotFound) as ds:
             hw.streams.head("s")
         assert ds.value.code == "not_found" and ds.value.detail is None

@@ -107,7 +107,8 @@ class PayloadTooLarge(ApiError):
 
 
 class Throttled(ApiError):
-    """429: a resource cap; `retry_after` holds the server's Retry-After (seconds)."""
+    """429: a resource cap or a saturated topic; `retry_after` holds the server's hint in
+    seconds (`error.detail.retry_after_ms` when given, else the Retry-After header)."""
 
 
 class ServerError(ApiError):
@@ -134,6 +135,15 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, float(value.strip()))
     except ValueError:
         return None
+
+
+def _retry_after_ms(detail: Any) -> float | None:
+    """A sub-second hint (`error.detail.retry_after_ms`, /v0's elastic throttle) wins over
+    the header, which HTTP keeps to whole seconds."""
+    ms = detail.get("retry_after_ms") if isinstance(detail, dict) else None
+    if isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0:
+        return ms / 1000
+    return None
 
 
 def error_class(status: int) -> type[ApiError]:
@@ -169,7 +179,7 @@ def error_from_response(response: httpx.Response) -> ApiError:
         code,
         message,
         detail,
-        retry_after=_retry_after(response.headers.get("retry-after")),
+        retry_after=_retry_after_ms(detail) or _retry_after(response.headers.get("retry-after")),
         body=body,
         method=response.request.method if _has_request(response) else "",
         url=str(response.request.url) if _has_request(response) else "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -287,7 +288,13 @@ class DynamoHeadStore:
             # client is told to come back rather than waiting here (spec: 429 throttled).
             raise Throttled(
                 f"topic {head.topic!r} is at its write rate; retry",
-                detail={"topic": head.topic, "aws_error": str(exc)},
+                # sub-second and spread (HTTP's Retry-After is whole seconds): writers that
+                # come back at once, but not together, keep the topic at its ceiling
+                detail={
+                    "topic": head.topic,
+                    "aws_error": str(exc),
+                    "retry_after_ms": random.randint(20, 200),
+                },
                 headers={"Retry-After": "1"},
             ) from None
         finally:

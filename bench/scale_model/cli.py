@@ -37,7 +37,7 @@ QUICK_CLIENTS = (1, 10, 100)
 TOPICS = (1, 10, 100)  # many topics: T topics x CLIENTS_PER_TOPIC clients, distinct keys
 QUICK_TOPICS = (1, 10)
 CLIENTS_PER_TOPIC = 10
-MANY_TOPIC_DESIGNS = ("a", "e", "i")
+MANY_TOPIC_DESIGNS = ("a", "e", "i", "j")
 
 SENSITIVITY: tuple[tuple[str, Callable[[Platform], Platform]], ...] = (
     ("lost races bill nothing", lambda p: replace(p, conflict_wru=0.0)),

@@ -9,7 +9,7 @@ import pytest
 from adapter_helpers import T0, Backend
 
 from headwater.engine.ports import WatchSessionItem
-from headwater.storage.schema import SESSIONS
+from headwater.storage.schema import SESSIONS, TABLES
 from headwater.storage.sessions import WATCH_SK
 
 pytestmark = pytest.mark.adapters
@@ -77,3 +77,17 @@ def test_a_session_item_carries_dynamodbs_ttl(aws_backend: Backend) -> None:
     aws_backend.sessions.put(ITEM)
     raw = aws_backend.raw_item(SESSIONS.logical, {"pk": {"S": "wid_abc"}, "sk": {"S": WATCH_SK}})
     assert raw is not None and int(raw["ttl"]["N"]) > (T0 + 300_000) // 1000
+
+
+def test_the_fixed_clock_backends_expire_nothing_on_their_own(aws_backend: Backend) -> None:
+    """T0 is in 2023, so every `ttl` these tests write is long past, and DynamoDB Local's TTL
+    sweeper deletes such an item within seconds of its write: a test reading it back would be
+    a coin toss. The adapter tests' tables are made without TTL (a store then expires only
+    what the adapters' own readers and sweeps judge expired, as the fakes do)."""
+    assert aws_backend.clients is not None
+    ddb = aws_backend.clients.dynamodb
+    with_ttl = [t for t in TABLES if t.ttl_attribute]
+    assert with_ttl
+    for table in with_ttl:
+        got = ddb.describe_time_to_live(TableName=aws_backend.settings.table_name(table.logical))
+        assert got["TimeToLiveDescription"]["TimeToLiveStatus"] == "DISABLED", table.logical

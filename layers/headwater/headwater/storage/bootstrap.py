@@ -14,7 +14,10 @@ from headwater.storage.schema import TABLES
 log = logging.getLogger(__name__)
 
 
-def ensure_resources(settings: Settings, clients: AwsClients) -> None:
+def ensure_resources(settings: Settings, clients: AwsClients, *, ttl: bool = True) -> None:
+    """`ttl=False` leaves DynamoDB's TTL off on new tables, so nothing expires on its own:
+    for tests on a fixed clock in the past, whose items a store that honours TTL (DynamoDB
+    Local deletes an expired item within seconds; DynamoDB within days) may delete mid-test."""
     ddb = clients.dynamodb
     existing: set[str] = set()
     for page in ddb.get_paginator("list_tables").paginate():
@@ -30,7 +33,7 @@ def ensure_resources(settings: Settings, clients: AwsClients) -> None:
             ddb.get_waiter("table_exists").wait(
                 TableName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 300}
             )
-            if table.ttl_attribute:
+            if table.ttl_attribute and ttl:
                 ddb.update_time_to_live(
                     TableName=name,
                     TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl_attribute},

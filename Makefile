@@ -33,8 +33,10 @@ $(SAMVENV)/.stamp: requirements-sam.txt
 
 deps-sam: $(SAMVENV)/.stamp
 
-node_modules/.stamp: package.json
-	npm install --no-audit --no-fund --loglevel=error
+# `npm ci`: exactly what package-lock.json says, never a rewrite of it (a clean clone stays
+# clean); it fails when package.json and the lock disagree
+node_modules/.stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 deps-node: node_modules/.stamp

@@ -659,3 +659,30 @@ def test_stream_search(console: Callable[..., Console]) -> None:
     c.page.locator("#search-q").fill('msg:"disk full"')
     c.page.locator("#search-q").press("Enter")
     expect(c.page.locator("#search-hits tbody tr")).to_have_count(1)
+
+
+def test_an_open_server_needs_no_connecting(
+    browser: Browser, emulator: MotoServer, tmp_path: Path
+) -> None:
+    """`make run` has no API keys: the console opens on the overview, not on the Connection
+    page, and says the server is open; nothing is stored as credentials."""
+    cluster = Cluster(emulator, f"e2e-console-open-{uuid.uuid4().hex[:8]}")
+    process = cluster.start_server(str(tmp_path))  # no TOPICS_API_KEYS
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    problems: list[str] = []
+    try:
+        page = ctx.new_page()
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(f"{process.url}/console/")
+        expect(page.locator("main")).to_have_attribute("data-view", "overview")
+        expect(page.locator("#conn")).to_have_text("open server (no API keys)")
+        # the overview's counts come from the keyless API
+        expect(page.locator("main .stats")).to_contain_text("Topics")
+        page.goto(f"{process.url}/console/#/topics")
+        expect(page.locator("main")).to_have_attribute("data-view", "topics")
+        assert page.evaluate("sessionStorage.getItem('hw.connected')") is None
+        assert not problems, problems
+    finally:
+        ctx.close()
+        process.stop()

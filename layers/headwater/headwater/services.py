@@ -263,3 +263,9 @@ class LazyServices:
     @property
     def built(self) -> Services | None:
         return self._built
+
+    @property
+    def open_without_keys(self) -> bool:
+        """No API keys at all (dev mode: every request is the single tenant), as opposed to
+        keys given inline or from a parameter (then a caller must present one)."""
+        return self._parameter_name is None and self._keys is not None and not self._keys.enabled

@@ -96,11 +96,20 @@ def route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-def _index(found: Asset, root_path: str) -> Asset:
-    if not root_path:
+OPEN_META = b'<meta name="headwater-auth" content="none">'
+
+
+def _index(found: Asset, root_path: str, open_server: bool = False) -> Asset:
+    """The page for this mount point (its <base>), and on a server without API keys a meta
+    tag that says so: the console then goes straight in instead of asking for a key."""
+    if not root_path and not open_server:
         return found
-    base = f'<base href="{html.escape(root_path.rstrip("/") + PREFIX + "/", quote=True)}">'
-    body = found.body.replace(BASE_TAG.encode(), base.encode(), 1)
+    body = found.body
+    if root_path:
+        base = f'<base href="{html.escape(root_path.rstrip("/") + PREFIX + "/", quote=True)}">'
+        body = body.replace(BASE_TAG.encode(), base.encode(), 1)
+    if open_server:
+        body = body.replace(b"</head>", OPEN_META + b"\n</head>", 1)
     digest = hashlib.sha256(body).hexdigest()[:20]
     return Asset(body, found.media_type, f'W/"{digest}"')
 
@@ -143,7 +152,10 @@ class ConsoleRoute(BaseRoute):
         if found is None:
             raise NotFound(f"no console file {rest!r}", detail={"path": request.url.path})
         if rest in ("", INDEX):
-            found = _index(found, scope.get("root_path", ""))
+            lazy = getattr(getattr(scope.get("app"), "state", None), "services", None)
+            found = _index(
+                found, scope.get("root_path", ""), bool(getattr(lazy, "open_without_keys", False))
+            )
         headers = {**HEADERS, "ETag": found.etag}
         if _not_modified(request.headers.get("if-none-match"), found.etag):
             response = Response(status_code=304, headers=headers)

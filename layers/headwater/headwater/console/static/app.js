@@ -44,9 +44,12 @@ function unmount() {
   current = null;
 }
 
+// A server without API keys says so in the page (meta headwater-auth=none): nothing to ask.
+const OPEN_SERVER = document.querySelector('meta[name="headwater-auth"]')?.content === "none";
+
 function route() {
   const { view, args } = parseHash();
-  if (!creds.connected && view !== "settings") {
+  if (!creds.connected && !OPEN_SERVER && view !== "settings") {
     sessionStorage.setItem("hw.returnTo", location.hash || "#/");
     location.replace("#/settings");
     return;
@@ -105,6 +108,7 @@ function focusHeading() {
 // --- connection status --------------------------------------------------------------------------
 function updateConn() {
   const el = document.getElementById("conn");
+  if (!creds.connected && OPEN_SERVER) { el.className = "pill warn"; el.textContent = "open server (no API keys)"; return; }
   if (!creds.connected) { el.className = "pill"; el.textContent = "not connected"; return; }
   if (creds.apiKey) { el.className = "pill ok"; el.textContent = "API key set"; }
   else { el.className = "pill warn"; el.textContent = "no API key (dev mode)"; }

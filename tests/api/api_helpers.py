@@ -106,7 +106,15 @@ def counting_engine(settings: Settings, calls: Counter[str]) -> LogEngine:
     def count(event_name: str, **_: Any) -> None:
         calls[event_name.split(".")[-1]] += 1
 
+    def count_tables(event_name: str, params: dict[str, Any], **_: Any) -> None:
+        # also by table: "BatchGetItem@<table name>" (a batch counts once per table it reads)
+        op = event_name.split(".")[-1]
+        for table in params.get("RequestItems") or [params.get("TableName")]:
+            if table:
+                calls[f"{op}@{table}"] += 1
+
     clients.dynamodb.meta.events.register("before-call.dynamodb.*", count)
+    clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.*", count_tables)
     blobs = S3BlobStore(clients.s3, settings.bucket_name)
     return LogEngine(
         DynamoHeadStore(clients.dynamodb, settings),

@@ -356,10 +356,12 @@ def _stable(value: Any) -> Any:
     return value
 
 
-def etag(body: Mapping[str, Any]) -> str:
-    """A weak validator of the descriptor: changes with the head, schema, profile, segments
-    and (later) index progress, not with the clock."""
-    text = json.dumps(_stable(body), sort_keys=True)
+def etag(head: Head, body: Mapping[str, Any]) -> str:
+    """A weak validator of the descriptor as of `head` (the head it was built from): changes
+    with the stream's position (every append, whether or not the descriptor shows it:
+    `_index_status` reports only sealed segments, and §7B ends a long-poll on any append),
+    the schema, profile, segments and index progress, not with the clock."""
+    text = json.dumps([head.epoch, head.head_seq, _stable(body)], sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:32]
     return f'W/"{digest}"'
 

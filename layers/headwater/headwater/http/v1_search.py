@@ -184,7 +184,7 @@ async def _conditional(request: Request, svc: Services, name: str, sub: str) -> 
     wait = _wait_ms(request)
     inm = request.headers.get("if-none-match")
     head, body = await capped(_describe(svc, name, sub))
-    tag = inspect.etag(body)
+    tag = inspect.etag(head, body)
     if wait is not None and etag_matches(inm, tag):
         deadline = time.monotonic() + wait / 1000
 
@@ -194,13 +194,15 @@ async def _conditional(request: Request, svc: Services, name: str, sub: str) -> 
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
-                # Head changes (appends, seals, schema/profile) wake the wait; other
-                # descriptor changes are caught at the next poll (at most 1 s later).
+                # Appends and schema/profile changes wake the wait (an append moves the
+                # ETag even where the body does not show it: inspect.etag covers the
+                # stream's position); seals and index progress are caught at the next poll
+                # (at most 1 s later).
                 moved = await svc.streams.wait(head, min(left, 1.0))
                 if moved is not None:
                     head = moved[0]
                 head, body = await _describe(svc, name, sub)
-                tag = inspect.etag(body)
+                tag = inspect.etag(head, body)
 
         await capped(poll())
     headers = {"ETag": tag, "Cache-Control": "no-cache"}

@@ -1,6 +1,7 @@
 """/v1 inspection descriptors against what a client sees: the `_index_status` / `_details`
 validator and long-poll answer an append (protocol §7B: the wait ends when "the stream head
-changes because new events are appended")."""
+changes because new events are appended"), and `_details.stream.total_size_bytes` is the
+logical payload bytes, the messages' bytes as a reader gets them back."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from api_helpers import MakeClient
 from starlette.testclient import TestClient
 
+from headwater import jsoncodec
 from headwater.durable.state import topic_of
 from headwater.services import Services
 from headwater.settings import Tiering
@@ -23,6 +25,7 @@ EAGER = Tiering(
     seal_records=10, seal_age_ms=0, grace_ms=0, block_bytes=256, interval_ms=0, inline=False
 )
 JSON = {"Content-Type": "application/json"}
+BYTES = {"Content-Type": "application/octet-stream"}
 SEARCH: dict[str, Any] = {
     "primaryTimestampField": "ts",
     "fields": {
@@ -61,6 +64,14 @@ def searchable_stream(c: TestClient, name: str) -> None:
     }
     r = c.post(url(name, "_schema"), content=json.dumps(schema), headers=JSON)
     assert r.status_code == 200, r.text
+
+
+def total_size(c: TestClient, name: str) -> int:
+    r = c.get(url(name, "_details"))
+    assert r.status_code == 200, r.text
+    size = r.json()["stream"]["total_size_bytes"]
+    assert isinstance(size, str)
+    return int(size)
 
 
 # --------------------------------------------------------------------------- long-poll
@@ -109,3 +120,43 @@ def test_long_poll_on_the_descriptor_is_answered_by_an_append(
         headers={"If-None-Match": new_tag},
     )
     assert r.status_code == 304
+
+
+# --------------------------------------------------------------------------- total_size_bytes
+def test_total_size_bytes_is_the_logical_payload_of_a_byte_stream(client: TestClient) -> None:
+    # GIVEN a byte stream with three messages (1,038 bytes), one of them under a Stream-Key
+    assert client.put(url("raw"), headers=BYTES).status_code == 201
+    bodies = [b"a" * 300, b"b" * 500, b"c" * 238]
+    for i, body in enumerate(bodies):
+        headers = BYTES | ({"Stream-Key": "tenant-7"} if i == 1 else {})
+        assert client.post(url("raw"), content=body, headers=headers).status_code == 204
+    # THEN total_size_bytes is the bytes a reader gets back, no per-record framing or key
+    read = client.get(url("raw"), params={"offset": "-1"})
+    assert read.status_code == 200 and len(read.content) == 1038
+    assert total_size(client, "raw") == 1038
+    assert client.get(url("raw", "_details")).json()["stream"]["entries"] == 3
+
+
+def test_total_size_bytes_is_the_logical_payload_of_a_keyed_json_stream(
+    make_client: MakeClient,
+) -> None:
+    # GIVEN a JSON stream whose schema derives routing keys, partly sealed into segments
+    c = make_client(tiering=EAGER)
+    searchable_stream(c, "js")
+    values = entries(27)
+    for i in range(0, 27, 9):
+        r = c.post(url("js"), content=json.dumps(values[i : i + 9]), headers=JSON)
+        assert r.status_code == 204
+    seal(c, "js")
+    r = c.post(url("js"), content=json.dumps(entries(4, start=27)), headers=JSON)
+    assert r.status_code == 204
+    # THEN total_size_bytes is the sum of the stored messages' bytes (each value as the
+    # server keeps and returns it), whether sealed or in the tail
+    read = c.get(url("js"), params={"offset": "-1"})
+    assert read.status_code == 200
+    got = read.json()
+    assert got == values + entries(4, start=27)
+    want = sum(len(jsoncodec.dumps(v)) for v in got)
+    details = c.get(url("js", "_details")).json()["stream"]
+    assert details["entries"] == 31 and details["sealed_through"] != details["next_offset"]
+    assert int(details["total_size_bytes"]) == want

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from headwater.durable import profiles
 from headwater.durable.offsets import encode_offset
 from headwater.durable.search import Coverage, Deadline, SearchError, monotonic, scan
-from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams
+from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams, payload_bytes
 from headwater.durable.state import StreamState, name_of
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
@@ -293,7 +293,7 @@ def stream_summary(head: Head, state: StreamState) -> dict[str, Any]:
         "next_offset": encode_offset(head.epoch, head.head_seq),
         "sealed_through": encode_offset(head.epoch, head.sealed_through),
         "uploaded_through": encode_offset(head.epoch, head.sealed_through),
-        "total_size_bytes": str(head.bytes),
+        "total_size_bytes": str(payload_bytes(head)),
         "entries": head.count,
         "schema_version": state.schema_version,
         "forked_from": state.fork.src if state.fork is not None else None,

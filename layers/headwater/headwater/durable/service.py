@@ -146,12 +146,22 @@ def _check_derived_key(key: str) -> None:
 
 
 def _records(entries: list[Entry]) -> list[NewRecord]:
-    out = []
-    for e in entries:
-        tag = e.key
-        size = len(e.data) + RECORD_OVERHEAD_BYTES + (len(tag.encode()) if tag else 0)
-        out.append(NewRecord(data=None, tag=tag, size=size, data_raw=e.data))
-    return out
+    """The engine records of `entries`. Each is charged its message bytes plus the engine's
+    fixed per-record framing, not its routing key (at most MAX_KEY_BYTES, and when derived a
+    copy of a field already in the message): so a stream's live bytes less the framing of
+    its live records are exactly its messages' bytes (payload_bytes)."""
+    return [
+        NewRecord(data=None, tag=e.key, size=len(e.data) + RECORD_OVERHEAD_BYTES, data_raw=e.data)
+        for e in entries
+    ]
+
+
+def payload_bytes(head: Head) -> int:
+    """The logical payload bytes of the stream's own live records (§7B total_size_bytes):
+    the sum of the messages' bytes as stored and read back, from the head's counters alone
+    (every record is charged its bytes plus RECORD_OVERHEAD_BYTES: _records). Seqs reserved
+    by an append that never committed count until a seal passes them, as in `count`."""
+    return max(0, head.bytes - RECORD_OVERHEAD_BYTES * head.count)
 
 
 SEGMENT_LISTS: Final = 4096  # streams whose segment lists a process keeps

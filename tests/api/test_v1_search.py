@@ -209,6 +209,94 @@ def test_search_offset_asc_and_field_sort_pages(sealed: Any) -> None:
         assert got == want, sort
 
 
+def _walk(c: TestClient, name: str, size: int, get: bool = False, **body: Any) -> list[Any]:
+    """Every page of a search, following next_search_after to its end."""
+    pages: list[Any] = []
+    after = None
+    while len(pages) < 100:
+        req = dict(body, size=size) | ({"search_after": after} if after is not None else {})
+        if get:
+            params = {k: json.dumps(v) if k == "search_after" else v for k, v in req.items()}
+            params["sort"] = ",".join(req.get("sort", []))
+            r = c.get(url(name, "_search"), params=params)
+            assert r.status_code == 200, r.text
+            res = r.json()
+        else:
+            res = search(c, name, **req)
+        pages.append(res)
+        after = res["next_search_after"]
+        if after is None:
+            return pages
+    raise AssertionError("the walk did not end")
+
+
+def test_sorted_pages_say_gte_while_a_next_page_follows(sealed: Any) -> None:
+    """A field sort (a sortable number, the primary timestamp) or a score sort scans the
+    whole snapshot, so its total is exact; its relation is still `gte` on every page but
+    the last (§8.6: the page does not hold every match), as an offset sort's is: a client
+    may stop paging at `eq`. Every match comes once, in order, through the cursors."""
+    c, values = sealed
+    q = "msg:timeout OR err:true"
+
+    def ref(d: dict[str, Any]) -> bool:
+        return "timeout" in d["msg"].split() or d["err"]
+
+    matching = [i + 1 for i, d in enumerate(values) if ref(d)]
+    for sort, order, get in (
+        (["ms:asc"], lambda s, d: (d.get("ms") is None, d.get("ms", 0), -s), False),
+        (["ms:desc"], lambda s, d: (d.get("ms") is None, -d.get("ms", 0), -s), True),
+        (["ts:asc"], lambda s, d: (d["ts"], -s), False),
+        (["ts:desc"], lambda s, d: (-d["ts"], -s), True),
+    ):
+        want = sorted(matching, key=lambda s: order(s, values[s - 1]))
+        pages = _walk(c, "s", 9, get=get, q=q, sort=sort)
+        assert [seq(h["offset"]) for p in pages for h in p["hits"]] == want, sort
+        assert len(pages) == math.ceil(len(want) / 9), sort
+        for i, res in enumerate(pages):
+            assert res["total"]["value"] == len(want) - 9 * i  # the matches past the cursor
+            if i < len(pages) - 1:
+                assert res["total"]["relation"] == "gte", (sort, i)
+                assert res["next_search_after"] == res["hits"][-1]["sort"]
+            else:
+                assert res["total"]["relation"] == "eq", sort
+    # a text query ranks by score (then the primary timestamp): the same rule
+    pages = _walk(c, "s", 5, q="timeout OR reset")
+    assert len(pages) > 2
+    assert [p["total"]["relation"] for p in pages] == ["gte"] * (len(pages) - 1) + ["eq"]
+    got = [seq(h["offset"]) for p in pages for h in p["hits"]]
+    want_text = {
+        i + 1 for i, d in enumerate(values) if {"timeout", "reset"} & set(d["msg"].split())
+    }
+    assert sorted(got) == sorted(want_text) and len(got) == len(want_text)
+    # an evlog stream sorted by duration, and by its primary timestamp, pages the same way
+    assert c.put(url("ev"), headers=JSON).status_code == 201
+    profile = {"apiVersion": "durable.streams/profile/v1", "profile": {"kind": "evlog"}}
+    r = c.post(url("ev", "_profile"), content=json.dumps(profile), headers=JSON)
+    assert r.status_code == 200, r.text
+    rnd = random.Random(3)
+    logs = [
+        {
+            "timestamp": f"2024-01-01T00:00:{i:02d}.{rnd.randrange(1000):03d}Z",
+            "level": "info",
+            "duration": rnd.randrange(20) if i % 5 else None,
+            "message": f"request {i}",
+        }
+        for i in range(40)
+    ]
+    assert c.post(url("ev"), content=json.dumps(logs), headers=JSON).status_code == 204
+    by_duration = sorted(
+        range(1, 41),
+        key=lambda s: (logs[s - 1]["duration"] is None, logs[s - 1]["duration"] or 0, -s),
+    )
+    for sort, want in (
+        (["duration:asc"], by_duration),
+        (["timestamp:asc"], list(range(1, 41))),
+    ):
+        pages = _walk(c, "ev", 15, q="level:info", sort=sort)
+        assert [seq(h["offset"]) for p in pages for h in p["hits"]] == want, sort
+        assert [p["total"]["relation"] for p in pages] == ["gte", "gte", "eq"], sort
+
+
 def test_search_get_form_and_text(sealed: Any) -> None:
     c, values = sealed
     r = c.get(url("s", "_search"), params={"q": '"connection reset"', "size": "500"})

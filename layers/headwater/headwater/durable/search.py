@@ -651,7 +651,6 @@ async def run_search(
     after = req.search_after
     hits: list[_Hit] = []
     matched = 0
-    stopped_early = False
     offset_only = len(sorts) == 1
     order: Literal["asc", "desc"] = "desc" if sorts[0].desc or not offset_only else "asc"
     lo, hi = 0, head.head_seq
@@ -680,7 +679,6 @@ async def run_search(
         hits.append(_Hit(key, doc, score, doc.rec.seq))
         if offset_only:
             if len(hits) > req.size:  # one past the page: there is a next page
-                stopped_early = True
                 break
         elif len(hits) >= 4 * (req.size + 1):
             hits.sort(key=cmp)
@@ -697,7 +695,10 @@ async def run_search(
     hits.sort(key=cmp)
     more = len(hits) > req.size
     page = await _read_page(streams, head, reg, hits[: req.size])
-    exact = not cov.timed_out and not stopped_early
+    # `eq` only where the walk ends: a page with a continuation does not hold every match
+    # past the cursor (§8.6: "if the returned page may not include every visible match,
+    # total.relation is gte"), whatever the sort; a client may stop at `eq`.
+    last = not cov.timed_out and not more
     body = {
         "stream": name,
         "snapshot_end_offset": encode_offset(head.epoch, head.head_seq),
@@ -718,7 +719,7 @@ async def run_search(
             "exact_candidate_time_ms": round(cov.exact_candidate_time_ms),
             "index_families_used": sorted(cov.index_families_used),
         },
-        "total": {"value": matched, "relation": "eq" if exact else "gte"},
+        "total": {"value": matched, "relation": "eq" if last else "gte"},
         "hits": [_hit_body(head, sorts, fields, promote, h) for h in page],
         "next_search_after": (
             _sort_body(head, sorts, page[-1].key) if page and (more or cov.timed_out) else None

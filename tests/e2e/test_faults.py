@@ -135,6 +135,20 @@ def _error_outcome(r: httpx.Response) -> str:
     return "unknown" if detail.get("outcome") == "unknown" else "failed"
 
 
+def _throttled(r: httpx.Response) -> bool:
+    """A 429: the topic's head key was throttled (the fault injector's throttles) and nothing
+    was written; the client backs off as told (the hint, at most 1 s) and sends it again."""
+    if r.status_code != 429:
+        return False
+    try:
+        hint = (r.json().get("error", {}).get("detail") or {}).get("retry_after_ms")
+    except ValueError:
+        hint = None
+    wait_s = hint / 1000 if isinstance(hint, int) else float(r.headers.get("retry-after", "1"))
+    time.sleep(min(wait_s, 1.0))
+    return True
+
+
 def _appender(rig: Rig, index: int, ops: list[AppendOp]) -> None:
     rnd = random.Random(100 + index)
     name = f"a{index}"
@@ -158,6 +172,8 @@ def _appender(rig: Rig, index: int, ops: list[AppendOp]) -> None:
                     op.first_seq, op.last_seq = out["first_seq"], out["last_seq"]
                     op.deduped = bool(out.get("deduped"))
                     break
+                if _throttled(r) and op.attempts < 20:  # not written: sent again, key or not
+                    continue
                 if r.status_code >= 500:
                     rig.note_5xx(f"append {name}", r)
                 if key is None or r.status_code < 500 or op.attempts >= 20:
@@ -204,6 +220,8 @@ def _producer(rig: Rig, index: int) -> None:
                 )
                 if r.status_code < 300:
                     break
+                if _throttled(r):  # not written: the same seq again
+                    continue
                 if r.status_code >= 500:
                     rig.note_5xx(f"producer {pid}", r)
                 if r.status_code >= 500 or r.status_code == 408:
@@ -364,7 +382,8 @@ def _produce_jobs(rig: Rig) -> list[int]:
                 if r.status_code < 300:
                     seqs.append(r.json()["first_seq"])
                     break
-                rig.note_5xx("produce job", r)
+                if not _throttled(r):
+                    rig.note_5xx("produce job", r)
     return seqs
 
 

@@ -721,11 +721,36 @@ async def run_search(
         },
         "total": {"value": matched, "relation": "eq" if last else "gte"},
         "hits": [_hit_body(head, sorts, fields, promote, h) for h in page],
-        "next_search_after": (
-            _sort_body(head, sorts, page[-1].key) if page and (more or cov.timed_out) else None
-        ),
+        "next_search_after": _continuation(head, sorts, page, more, cov, order, offset_only),
     }
     return (408 if cov.timed_out else 200), body
+
+
+def _continuation(
+    head: Head,
+    sorts: tuple[SortSpec, ...],
+    page: list[_Hit],
+    more: bool,
+    cov: Coverage,
+    order: Literal["asc", "desc"],
+    offset_only: bool,
+) -> list[Any] | None:
+    """`next_search_after`: where the next page starts, or None when this page ends the walk.
+
+    An offset-sorted scan stopped by the deadline continues from the offset its scan stopped
+    at, not from the page's last hit: so a partial page without any hit still continues, and
+    the next one neither skips nor reads again what this one examined. Paging through 408s
+    thus returns every match once, as a complete walk does. (A ranked sort cannot do the
+    same: it ranked only what it reached, so its cursor is the last hit's sort.)"""
+    if cov.timed_out and offset_only and cov.missing:
+        if order == "asc":
+            frontier = min(lo for lo, _ in cov.missing)  # the next page scans (frontier, hi]
+        else:
+            frontier = max(hi for _, hi in cov.missing) + 1  # ...and (lo, frontier - 1]
+        return _sort_body(head, sorts, (frontier,))
+    if page and (more or cov.timed_out):
+        return _sort_body(head, sorts, page[-1].key)
+    return None
 
 
 def _sort_body(head: Head, sorts: tuple[SortSpec, ...], key: tuple[Any, ...]) -> list[Any]:

@@ -564,8 +564,9 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """`POST /v1/stream/:name/_search`. `total_relation` is "eq" or "gte" (timed out);
-    pass `next_search_after` back as `search_after` for the next page."""
+    """`POST /v1/stream/:name/_search`. `total_relation` is "eq" on the complete last page
+    and "gte" while a next page follows or when the search timed out; pass
+    `next_search_after` back as `search_after` for the next page (until it is None)."""
 
     stream: str
     total: int

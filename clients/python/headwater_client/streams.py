@@ -278,7 +278,8 @@ class Streams:
         timeout_ms: int | None = None,
     ) -> SearchResult:
         """`_search` on a JSON stream with a search schema (e.g. the evlog profile). A search
-        that ran out of time answers its partial result (`timed_out`, relation "gte")."""
+        that ran out of time answers its partial result (`timed_out`, relation "gte"); so does
+        every page but the last."""
         body: dict[str, Any] = {"q": q}
         if size is not None:
             body["size"] = size

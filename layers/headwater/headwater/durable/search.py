@@ -14,12 +14,17 @@ and the DynamoDB tail alike, through ``DurableStreams.read_window``). Index fami
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import itertools
+import json
 import math
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, cast
 
 from headwater import jsoncodec
 from headwater.durable import schema
@@ -172,13 +177,20 @@ class Coverage:
 
 
 class Deadline:
+    """The cooperative deadline of one request. It never stops a scan before the scan has
+    examined something (`progressed`: an entry read, or a batch of an indexed segment's
+    candidates): a page cut by the deadline always moves its continuation on, so a client
+    following it cannot loop, whatever `timeout_ms` (0 included) and however slow the
+    first read (issue 42)."""
+
     def __init__(self, timeout_ms: int) -> None:
         self.timeout_ms = timeout_ms
         self.started = monotonic()
         self.at = self.started + timeout_ms / 1000
+        self.progressed = False
 
     def passed(self) -> bool:
-        return monotonic() >= self.at
+        return self.progressed and monotonic() >= self.at
 
     def took_ms(self) -> int:
         return max(0, round((monotonic() - self.started) * 1000))
@@ -300,6 +312,7 @@ async def _read_candidates(
         t0 = monotonic()
         recs = await streams.read_entries(cov.head, sorted(batch))
         cov.indexed_segment_time_ms += (monotonic() - t0) * 1000
+        deadline.progressed = True
         if order == "desc":
             recs.reverse()
         for rec in recs:
@@ -348,6 +361,7 @@ async def _scan_range(
             t0 = monotonic()
             doc = _doc(rec, reg)
             cov.note(rec.seq, monotonic() - t0)
+            deadline.progressed = True
             yield doc
         if order == "asc":
             lo = nxt
@@ -369,6 +383,21 @@ class SortSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a ranked pass cut by the deadline stands (the continuation of its 408 page):
+    the walk's cursor it ranks after, the seqs (lo, hi] it has examined, how many matches
+    it found there, and the best `size + 1` of them (by seq: the next request reads them
+    again and merges them with what it finds in the rest of the stream)."""
+
+    epoch: int
+    after: tuple[Any, ...] | None
+    lo: int
+    hi: int
+    matched: int
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SearchRequest:
     query: Predicate
     size: int
@@ -376,6 +405,8 @@ class SearchRequest:
     search_after: tuple[Any, ...] | None
     timeout_ms: int
     requested_timeout_ms: int | None
+    resume: Resume | None = None
+    fingerprint: str = ""  # of q, sort and size: a continuation belongs to one query
 
 
 def search_config(reg: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, FieldSpec]]:
@@ -479,14 +510,98 @@ def parse_request(
         )
     else:
         sorts = (SortSpec("offset", True),)
+    fingerprint = _fingerprint(raw["q"], sorts, size)
     after = raw.get("search_after")
+    resume = None
     if after is not None:
         if not isinstance(after, list):
             raise SearchError("search_after must be an array (a hit's sort)")
-        if len(after) != len(sorts):
+        if _is_resume(sorts, after):
+            resume = _decode_resume(after[0], sorts, fingerprint)
+            after = resume.after
+        elif len(after) != len(sorts):
             raise SearchError(f"search_after must have {len(sorts)} values, one per sort")
-        after = tuple(_after_value(s, v) for s, v in zip(sorts, after, strict=True))
-    return SearchRequest(query, size, sorts, after, timeout, requested)
+        else:
+            after = tuple(_after_value(s, v) for s, v in zip(sorts, after, strict=True))
+    return SearchRequest(query, size, sorts, after, timeout, requested, resume, fingerprint)
+
+
+# A ranked pass's continuation (next_search_after of a ranked 408 page): a one-element array
+# holding an opaque string. A hit's sort array always has at least two values under a
+# ranked sort (the offset tie-break), so the two shapes cannot be confused, and a client
+# that pages by a hit's sort, as documented, is unaffected.
+RESUME_PREFIX: Final = "~rank1."
+
+
+def _fingerprint(q: object, sorts: tuple[SortSpec, ...], size: int) -> str:
+    text = json.dumps([q, [s.label for s in sorts], size], separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _is_resume(sorts: tuple[SortSpec, ...], after: list[Any]) -> bool:
+    return (
+        len(sorts) > 1
+        and len(after) == 1
+        and isinstance(after[0], str)
+        and after[0].startswith(RESUME_PREFIX)
+    )
+
+
+def _encode_resume(head: Head, sorts: tuple[SortSpec, ...], fingerprint: str, r: Resume) -> str:
+    deltas, prev = [], 0
+    for q in sorted(r.seqs):
+        deltas.append(q - prev)
+        prev = q
+    doc = {
+        "f": fingerprint,
+        "e": r.epoch,
+        "a": None if r.after is None else _sort_body(head, sorts, r.after),
+        "c": [r.lo, r.hi],
+        "m": r.matched,
+        "s": deltas,
+    }
+    raw = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+    return RESUME_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_resume(token: str, sorts: tuple[SortSpec, ...], fingerprint: str) -> Resume:
+    bad = SearchError("search_after: not a continuation this server gave")
+    try:
+        text = token[len(RESUME_PREFIX) :]
+        raw = zlib.decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        doc = json.loads(raw)
+    except (ValueError, zlib.error):
+        raise bad from None
+    if not isinstance(doc, dict):
+        raise bad
+    if doc.get("f") != fingerprint:
+        raise SearchError(
+            "search_after: this continuation belongs to another query, sort or size "
+            "(page with the q, sort and size that gave it)"
+        )
+    a, c, m, deltas, epoch = doc.get("a"), doc.get("c"), doc.get("m"), doc.get("s"), doc.get("e")
+
+    def nat(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if not (
+        nat(epoch)
+        and nat(m)
+        and isinstance(c, list)
+        and len(c) == 2
+        and all(nat(x) for x in c)
+        and c[0] <= c[1]
+        and isinstance(deltas, list)
+        and len(deltas) <= MAX_SIZE + 1
+        and all(nat(x) and x > 0 for x in deltas)
+        and (a is None or (isinstance(a, list) and len(a) == len(sorts)))
+    ):
+        raise bad
+    seqs = tuple(itertools.accumulate(deltas))
+    if seqs and not c[0] < seqs[0] <= seqs[-1] <= c[1]:
+        raise bad
+    after = None if a is None else tuple(_after_value(s, v) for s, v in zip(sorts, a, strict=True))
+    return Resume(cast(int, epoch), after, c[0], c[1], cast(int, m), seqs)
 
 
 def _scores(p: Predicate) -> bool:
@@ -648,57 +763,24 @@ async def run_search(
     _, fields = search_config(reg)
     promote = streams.promoter(dict(reg))
     sorts = req.sorts
-    after = req.search_after
-    hits: list[_Hit] = []
-    matched = 0
     offset_only = len(sorts) == 1
-    order: Literal["asc", "desc"] = "desc" if sorts[0].desc or not offset_only else "asc"
-    lo, hi = 0, head.head_seq
-    if offset_only and after is not None:
-        if sorts[0].desc:
-            hi = min(hi, after[0] - 1)
-        else:
-            lo = max(lo, after[0])
-
-    def order_of(x: _Hit, y: _Hit) -> int:
-        return compare_keys(sorts, x.key, y.key)
-
-    cmp = functools.cmp_to_key(order_of)
-    ranking: _Ranking | None = None
-    if pruner is not None and not offset_only and hasattr(pruner, "ranked"):
-        columns = [s.field for s in sorts if s.kind == "field" and s.field is not None]
-        ranking = _Ranking(pruner, columns, head)  # type: ignore[arg-type]
-    async for doc in scan(streams, cov, deadline, reg, lo, hi, order, ranking or pruner):
-        ok, score = req.query.evaluate(doc.value, version=doc.version)
-        if not ok:
-            continue
-        key = _sort_key(sorts, doc, score)
-        if after is not None and not offset_only and compare_keys(sorts, key, after) <= 0:
-            continue
-        matched += 1
-        hits.append(_Hit(key, doc, score, doc.rec.seq))
-        if offset_only:
-            if len(hits) > req.size:  # one past the page: there is a next page
-                break
-        elif len(hits) >= 4 * (req.size + 1):
-            hits.sort(key=cmp)
-            del hits[req.size + 1 :]
-    for seq_, score, cols in ranking.found if ranking is not None else ():
-        key = _ranked_key(sorts, seq_, score, cols)
-        if after is not None and compare_keys(sorts, key, after) <= 0:
-            continue
-        matched += 1
-        hits.append(_Hit(key, None, score, seq_))
-        if len(hits) >= 4 * (req.size + 1):
-            hits.sort(key=cmp)
-            del hits[req.size + 1 :]
-    hits.sort(key=cmp)
-    more = len(hits) > req.size
-    page = await _read_page(streams, head, reg, hits[: req.size])
+    if offset_only:
+        order: Literal["asc", "desc"] = "desc" if sorts[0].desc else "asc"
+        hits, matched, more = await _offset_page(streams, cov, deadline, reg, req, pruner)
+        resume = None
+    else:
+        order = "desc"
+        hits, matched, resume = await _ranked_pass(streams, cov, deadline, reg, req, pruner)
+        more = len(hits) > req.size
+    page = await _read_page(streams, head, reg, hits[: req.size]) if resume is None else []
     # `eq` only where the walk ends: a page with a continuation does not hold every match
     # past the cursor (§8.6: "if the returned page may not include every visible match,
     # total.relation is gte"), whatever the sort; a client may stop at `eq`.
     last = not cov.timed_out and not more
+    if resume is not None:
+        nxt: list[Any] | None = [_encode_resume(head, sorts, req.fingerprint, resume)]
+    else:
+        nxt = _continuation(head, sorts, page, more, cov, order, offset_only)
     body = {
         "stream": name,
         "snapshot_end_offset": encode_offset(head.epoch, head.head_seq),
@@ -721,9 +803,144 @@ async def run_search(
         },
         "total": {"value": matched, "relation": "eq" if last else "gte"},
         "hits": [_hit_body(head, sorts, fields, promote, h) for h in page],
-        "next_search_after": _continuation(head, sorts, page, more, cov, order, offset_only),
+        "next_search_after": nxt,
     }
     return (408 if cov.timed_out else 200), body
+
+
+async def _offset_page(
+    streams: DurableStreams,
+    cov: Coverage,
+    deadline: Deadline,
+    reg: Mapping[str, Any],
+    req: SearchRequest,
+    pruner: Pruner | None,
+) -> tuple[list[_Hit], int, bool]:
+    """An offset-sorted page: the scan runs from the cursor in the sort's order and stops one
+    match past the page (hits, matches seen, whether one more follows)."""
+    sorts, after = req.sorts, req.search_after
+    order: Literal["asc", "desc"] = "desc" if sorts[0].desc else "asc"
+    lo, hi = 0, cov.head.head_seq
+    if after is not None:
+        if sorts[0].desc:
+            hi = min(hi, after[0] - 1)
+        else:
+            lo = max(lo, after[0])
+    hits: list[_Hit] = []
+    async for doc in scan(streams, cov, deadline, reg, lo, hi, order, pruner):
+        ok, score = req.query.evaluate(doc.value, version=doc.version)
+        if not ok:
+            continue
+        hits.append(_Hit(_sort_key(sorts, doc, score), doc, score, doc.rec.seq))
+        if len(hits) > req.size:  # one past the page: there is a next page
+            break
+    return hits, len(hits), len(hits) > req.size
+
+
+async def _ranked_pass(
+    streams: DurableStreams,
+    cov: Coverage,
+    deadline: Deadline,
+    reg: Mapping[str, Any],
+    req: SearchRequest,
+    pruner: Pruner | None,
+) -> tuple[list[_Hit], int, Resume | None]:
+    """A page sorted by a field or by score: every match past the cursor in the whole
+    snapshot is ranked and the best `size + 1` kept (sorted hits, matches, None), so a page
+    is only given once the pass has examined every entry. A pass the deadline cuts gives no
+    hit (the best of what it reached need not be the next in the walk) but a Resume: the
+    seqs it has examined, its match count and its best `size + 1` so far; the request that
+    continues it reads those again and examines the rest, and so on until the pass is whole.
+
+    The examined seqs stay one interval (lo, hi]: a pass first ranks (hi, head] oldest
+    first (what was appended since the pass began), then (0, lo] newest first, so a cut in
+    either leaves the examined part contiguous."""
+    head, sorts = cov.head, req.sorts
+    after = req.search_after
+    top = head.head_seq
+
+    def order_of(x: _Hit, y: _Hit) -> int:
+        return compare_keys(sorts, x.key, y.key)
+
+    cmp = functools.cmp_to_key(order_of)
+    hits: list[_Hit] = []
+    matched = 0
+    r = req.resume
+    if r is not None:
+        if r.epoch != head.epoch:
+            raise SearchError(
+                "search_after: the stream was deleted and created again since this "
+                "continuation was given; start the walk again"
+            )
+        lo, hi = min(r.lo, top), min(r.hi, top)
+        carried = await _read_docs(streams, head, reg, list(r.seqs))
+        matched = max(0, r.matched - (len(r.seqs) - len(carried)))
+        for doc in carried:
+            ok, score = req.query.evaluate(doc.value, version=doc.version)
+            key = _sort_key(sorts, doc, score)
+            if not ok or (after is not None and compare_keys(sorts, key, after) <= 0):
+                matched = max(0, matched - 1)
+                continue
+            hits.append(_Hit(key, doc, score, doc.rec.seq))
+    else:
+        lo = hi = top
+    done_lo, done_hi = lo, hi  # examined by the requests before this one
+    ranking: _Ranking | None = None
+    if pruner is not None and hasattr(pruner, "ranked"):
+        columns = [s.field for s in sorts if s.kind == "field" and s.field is not None]
+        ranking = _Ranking(pruner, columns, head)  # type: ignore[arg-type]
+    source = ranking or pruner
+
+    def keep(hit: _Hit) -> None:
+        nonlocal matched
+        if after is not None and compare_keys(sorts, hit.key, after) <= 0:
+            return
+        matched += 1
+        hits.append(hit)
+        if len(hits) >= 4 * (req.size + 1):
+            hits.sort(key=cmp)
+            del hits[req.size + 1 :]
+
+    async def rank(a: int, b: int, order: Literal["asc", "desc"]) -> None:
+        async for doc in scan(streams, cov, deadline, reg, a, b, order, source):
+            ok, score = req.query.evaluate(doc.value, version=doc.version)
+            if ok:
+                keep(_Hit(_sort_key(sorts, doc, score), doc, score, doc.rec.seq))
+
+    if hi < top:
+        await rank(hi, top, "asc")
+        if cov.timed_out:
+            hi = min(a for a, _ in cov.missing)  # examined now: (lo, hi]
+            if lo > 0:
+                cov.missing.append((0, lo))
+    if not cov.timed_out:
+        hi = top
+        if lo > 0:
+            await rank(0, lo, "desc")
+            lo = max(b for _, b in cov.missing) if cov.timed_out else 0
+    for seq_, score, cols in ranking.found if ranking is not None else ():
+        if not done_lo < seq_ <= done_hi:  # a segment cut before: its rest only counts
+            keep(_Hit(_ranked_key(sorts, seq_, score, cols), None, score, seq_))
+    hits.sort(key=cmp)
+    del hits[req.size + 1 :]
+    if not cov.timed_out:
+        return hits, matched, None
+    seqs = tuple(h.seq for h in hits)
+    return hits, matched, Resume(head.epoch, after, lo, hi, matched, seqs)
+
+
+async def _read_docs(
+    streams: DurableStreams, head: Head, reg: Mapping[str, Any] | None, seqs: list[int]
+) -> list[Doc]:
+    """The entries at `seqs` that still exist, decoded (those read_entries does not reach,
+    as a fork's inherited ones, are read one by one)."""
+    want = sorted(set(seqs))
+    got = {r.seq: r for r in await streams.read_entries(head, want)} if want else {}
+    for q in want:
+        if q not in got:
+            page = await streams.read_window(head, q - 1, q, 1, WINDOW_BYTES)
+            got.update((r.seq, r) for r in page.records if r.seq == q)
+    return [_doc(got[q], reg) for q in want if q in got]
 
 
 def _continuation(
@@ -740,15 +957,15 @@ def _continuation(
     An offset-sorted scan stopped by the deadline continues from the offset its scan stopped
     at, not from the page's last hit: so a partial page without any hit still continues, and
     the next one neither skips nor reads again what this one examined. Paging through 408s
-    thus returns every match once, as a complete walk does. (A ranked sort cannot do the
-    same: it ranked only what it reached, so its cursor is the last hit's sort.)"""
+    thus returns every match once, as a complete walk does. (A ranked pass cut by the
+    deadline continues with a Resume instead: _ranked_pass.)"""
     if cov.timed_out and offset_only and cov.missing:
         if order == "asc":
             frontier = min(lo for lo, _ in cov.missing)  # the next page scans (frontier, hi]
         else:
             frontier = max(hi for _, hi in cov.missing) + 1  # ...and (lo, frontier - 1]
         return _sort_body(head, sorts, (frontier,))
-    if page and (more or cov.timed_out):
+    if page and more:
         return _sort_body(head, sorts, page[-1].key)
     return None
 

@@ -61,6 +61,7 @@ ENV_TAIL_TTL_MS = "HEADWATER_TAIL_TTL_MS"
 ENV_SEGMENT_BLOCK_BYTES = "HEADWATER_SEGMENT_BLOCK_BYTES"
 ENV_TIERING_INTERVAL_MS = "HEADWATER_TIERING_INTERVAL_MS"
 ENV_TIERING_INLINE = "HEADWATER_TIERING_INLINE"
+ENV_FULL_SWEEP_MS = "HEADWATER_FULL_SWEEP_MS"
 ENV_EPHEMERAL_RETENTION_MS = "HEADWATER_EPHEMERAL_RETENTION_MS"
 ENV_MEMORY_RETENTION_MS = "HEADWATER_MEMORY_RETENTION_MS"
 ENV_AWS_READ_TIMEOUT_MS = "HEADWATER_AWS_READ_TIMEOUT_MS"  # botocore read timeout per attempt
@@ -210,6 +211,9 @@ class Tiering:
     grace_ms: int = 60_000  # sealed frames stay in DynamoDB this long for in-flight readers
     block_bytes: int = 64 << 10  # segment block size (before compression)
     interval_ms: int = 10_000  # the in-process sweep (0: off; on AWS a schedule runs it)
+    # ...which reads every live topic only this often; between, the topics this process
+    # changed and those whose time rule came due (engine/sweeps.py)
+    full_sweep_ms: int = 300_000
     inline: bool = True  # an append past a threshold or a cap starts upkeep in-process
     ephemeral_retention_ms: int = 300_000
     memory_retention_ms: int = 86_400_000
@@ -505,6 +509,7 @@ class Settings:
                 block_bytes=_int(e, ENV_SEGMENT_BLOCK_BYTES, 64 << 10, 256),
                 interval_ms=_int(e, ENV_TIERING_INTERVAL_MS, 10_000, 0),
                 inline=_bool(e, ENV_TIERING_INLINE, True),
+                full_sweep_ms=_int(e, ENV_FULL_SWEEP_MS, 300_000, 0),
                 ephemeral_retention_ms=_int(e, ENV_EPHEMERAL_RETENTION_MS, 300_000, 1),
                 memory_retention_ms=_int(e, ENV_MEMORY_RETENTION_MS, 86_400_000, 1),
                 tail_ttl_ms=_int(e, ENV_TAIL_TTL_MS, 7 * 86_400_000, 3_600_000),

@@ -38,6 +38,7 @@ from headwater.engine.reads import DiffReader
 from headwater.engine.records import Frame, StoredRecord
 from headwater.engine.scan import FrameScan
 from headwater.engine.sealed import SealedReader
+from headwater.engine.sweeps import ChangedTopics
 from headwater.engine.topics import PROTOCOL_TOPIC_MARK, Topics
 from headwater.engine.upkeep import UpkeepTrigger
 from headwater.engine.values import (
@@ -158,6 +159,11 @@ class LogEngine:
         self.upkeep_trigger.run = run
 
     @property
+    def changes(self) -> ChangedTopics:
+        """The topics this process writes, for the background sweeps (engine/sweeps.py)."""
+        return self.upkeep_trigger.changes
+
+    @property
     def upkeep_interval_s(self) -> float:
         return self.upkeep_trigger.interval_s
 
@@ -200,12 +206,14 @@ class LogEngine:
 
     # --- topics -------------------------------------------------------------------------
     async def put_topic(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
-        return await self.core.io(self.topics.put_sync, topic, patch)
+        return await self.core.io(self.put_topic_sync, topic, patch)
 
     def put_topic_sync(self, topic: str, patch: dict[str, Any]) -> tuple[Head, bool]:
         """Create the topic with `patch` or merge `patch` into its config, on the calling
         thread (a router creates its destination from the forwarder's worker): (head, created)."""
-        return self.topics.put_sync(topic, patch)
+        out = self.topics.put_sync(topic, patch)
+        self.changes.note(topic)  # a new cap or TTL may want upkeep
+        return out
 
     async def get_topic(self, topic: str, *, touch: bool) -> Head:
         return await self.topics.get(topic, touch=touch)
@@ -253,14 +261,18 @@ class LogEngine:
     ) -> Head | None:
         """Create a record-less topic holding `ext` whose log starts after `base_seq`
         (conditional: None when it lost a race)."""
-        return await self.topics.create_with_ext(topic, ext, replacing, base_seq)
+        head = await self.topics.create_with_ext(topic, ext, replacing, base_seq)
+        self.changes.note(topic)
+        return head
 
     async def put_ext(
         self, head: Head, ext: str, claim: ProducerClaim | None = None
     ) -> Head | None:
         """Set a live head's ext iff its head_seq and ext are as read (None: it moved); with
         an idempotent producer's claim, both at once (ClaimRefused when it is not taken)."""
-        return await self.topics.put_ext(head, ext, claim)
+        out = await self.topics.put_ext(head, ext, claim)
+        self.changes.note(head.topic)  # e.g. a schema registry the local indexer follows
+        return out
 
     async def producer_state(self, head: Head, producer: str) -> tuple[int, int] | None:
         """An idempotent producer's stored (epoch, seq) in this incarnation, or None."""
@@ -335,6 +347,7 @@ class LogEngine:
     ) -> DeleteResult:
         result = await self.core.io(self.deletes.delete_sync, topic, before_seq, match)
         self.core.notifier.notify(topic)
+        self.changes.note(topic)  # dead units to collect
         return result
 
     async def delete_seqs(self, topic: str, seqs: Sequence[int]) -> DeleteResult:
@@ -343,12 +356,14 @@ class LogEngine:
         counts the records this call removed."""
         result = await self.core.io(self.deletes.delete_sync, topic, None, tuple(sorted(set(seqs))))
         self.core.notifier.notify(topic)
+        self.changes.note(topic)
         return result
 
     def advance_floor(self, topic: str) -> None:
         """Move earliest_seq past a deleted prefix (records deleted one by one, e.g. queue
         acks). One attempt: a concurrent delete wins, and the next call catches up."""
         self.deletes.advance_floor(topic)
+        self.changes.note(topic)
 
     @staticmethod
     def after_delete(head: Head, count: int, nbytes: int, new_es: int | None) -> Head:

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from headwater.engine.core import LogCore
@@ -32,6 +32,7 @@ from headwater.engine.retention import is_tiered, merge_runs, over_cap, retentio
 from headwater.engine.scan import FrameScan
 from headwater.engine.sealed import StaleHead
 from headwater.engine.segment import encode_index, encode_segment, object_keys
+from headwater.engine.sweeps import SweepPlan
 from headwater.errors import HeadwaterError
 from headwater.names import object_key_component
 from headwater.settings import Tiering
@@ -69,6 +70,13 @@ class UpkeepReport:
     evicted: int = 0  # live records evicted
     dropped: int = 0  # units removed from storage
     notes: list[str] = field(default_factory=list)
+    # When a time rule next makes work here (wall ms: a frame old enough to seal, sealed
+    # frames past the grace period, records past their TTL, or the next interval when this
+    # run stopped short); None: nothing until the topic is written (engine/sweeps.py).
+    due_ms: int | None = None
+
+    def due(self, at_ms: int) -> None:
+        self.due_ms = at_ms if self.due_ms is None else min(self.due_ms, at_ms)
 
 
 class Upkeep:
@@ -76,6 +84,9 @@ class Upkeep:
         self.log = core
         self.scan = FrameScan(core)
         self.segments = segments
+        # Told of each topic a run sealed, evicted or dropped from (the local indexer's and
+        # the timers' change feed: engine/sweeps.py); set by the serving process.
+        self.on_change: Callable[[str], None] | None = None
 
     @property
     def tiering(self) -> Tiering:
@@ -94,37 +105,66 @@ class Upkeep:
             if report.evicted or head.del_ver > 0:
                 self._collect(head, report)
             for _ in range(MAX_SEALS_PER_RUN):
-                sealed = self._seal(head, self.log.clock())
+                sealed = self._seal(head, self.log.clock(), report)
                 if sealed is None:
                     break
                 head = sealed
                 report.sealed += 1
+            else:
+                report.due(now)  # more to seal than one run does
             self._trim(head, self.log.clock(), report)
         except StaleHead:
             report.notes.append("head moved; the next run continues")
+            report.due(now)
         if report.sealed or report.evicted or report.dropped:
             self.log.forget_head(topic)
+            if self.on_change is not None:
+                self.on_change(topic)
         return report
 
     def sweep(self, deadline: float | None = None) -> list[UpkeepReport]:
-        """Upkeep of every live topic (the local timer and the scheduled sealer)."""
+        """Upkeep of every live topic (the local timer's full sweeps and the scheduled
+        sealer)."""
         reports: list[UpkeepReport] = []
         after: str | None = None
         while deadline is None or time.monotonic() < deadline:
             page = self.log.heads.list_live("", after, 100)
-            for head in page:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return reports
-                if not self.wanted(head):
-                    continue
-                try:
-                    reports.append(self.run(head.topic, head))
-                except HeadwaterError:
-                    log.warning("upkeep of %s failed", head.topic, exc_info=True)
+            if not self._visit(page, deadline, reports):
+                return reports
             if len(page) < 100:
                 break
             after = page[-1].topic
         return reports
+
+    def sweep_topics(self, topics: list[str]) -> list[UpkeepReport]:
+        """Upkeep of these topics only (the local timer between full sweeps: the topics this
+        process changed and those come due, engine/sweeps.py), each head read strongly."""
+        reports: list[UpkeepReport] = []
+        heads = []
+        for topic in topics:
+            head = self.log.heads.get(topic)
+            if head is not None and not head.deleted:
+                heads.append(head)
+        self._visit(heads, None, reports)
+        return reports
+
+    def _visit(
+        self, heads: list[Head], deadline: float | None, reports: list[UpkeepReport]
+    ) -> bool:
+        """Run upkeep of the heads that want it; False when the deadline passed."""
+        for head in heads:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            if not self.wanted(head):
+                continue
+            try:
+                reports.append(self.run(head.topic, head))
+            except HeadwaterError:
+                log.warning("upkeep of %s failed", head.topic, exc_info=True)
+                failed = UpkeepReport(head.topic, notes=["failed"])
+                failed.due(self.log.clock())
+                reports.append(failed)
+        return True
 
     def wanted(self, head: Head) -> bool:
         """Could upkeep do anything for this topic? Decided from the head alone, so a sweep
@@ -138,14 +178,31 @@ class Upkeep:
             or (head.del_ver > 0 and head.earliest_seq > 1)
         )
 
-    async def timer(self, interval_s: float) -> None:
-        """The in-process sealer: a sweep every interval, on a worker thread."""
+    def tick(self, plan: SweepPlan) -> list[UpkeepReport]:
+        """One sweep of the timer (blocking storage calls): every live topic when the plan
+        says so, else the topics it names (none: no storage call at all). The reports' due
+        times go back to the plan; a failed sweep is retried in full next time."""
+        topics = plan.next(self.log.clock())
+        if topics is not None and not topics:
+            return []
+        try:
+            reports = self.sweep() if topics is None else self.sweep_topics(topics)
+        except Exception:
+            plan.failed(topics)
+            raise
+        plan.visited(topics or (), {r.topic: r.due_ms for r in reports if r.due_ms is not None})
+        return reports
+
+    async def timer(self, interval_s: float, plan: SweepPlan | None = None) -> None:
+        """The in-process sealer: a sweep every interval, on a worker thread; with a plan,
+        of every topic only every plan.full_every_s, else of the topics it names."""
         import asyncio  # not at the top: see engine/__init__.py
 
+        plan = plan or SweepPlan(None)
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await asyncio.to_thread(self.sweep)
+                await asyncio.to_thread(self.tick, plan)
             except Exception:  # storage trouble: the next sweep tries again
                 log.warning("upkeep sweep failed", exc_info=True)
 
@@ -207,6 +264,8 @@ class Upkeep:
             elif horizon is not None and unit.max_ts < horizon:
                 reason = "ttl"
             else:
+                if horizon is not None:
+                    report.due(unit.max_ts + ttl + 1)  # when this unit passes the TTL
                 break
             for h in held:
                 count -= h.live
@@ -217,6 +276,7 @@ class Upkeep:
             nbytes -= unit.live_bytes
             drop.append((unit, reason))
             if len(drop) >= MAX_EVICT_UNITS_PER_RUN:
+                report.due(now)  # more than one run drops
                 break
         if not drop:
             return head
@@ -235,6 +295,7 @@ class Upkeep:
         )
         if not self.log.tail.commit_evict(commit):
             report.notes.append("eviction raced another writer")
+            report.due(now)
             fresh = self.log.heads.get(head.topic)
             if fresh is None or fresh.deleted:
                 raise StaleHead
@@ -300,21 +361,25 @@ class Upkeep:
         # run does not find them again (a topic whose every record was deleted has nothing
         # to seal, and its trim would never move past them).
         complete = below and len(below) < 1000 and is_tiered(head)
+        if below and not complete:
+            report.due(self.log.clock())
         if complete and self.log.tail.set_trimmed(head, floor):
             report.trimmed_through = floor
 
     # --- sealing ------------------------------------------------------------------------
-    def _seal(self, head: Head, now: int) -> Head | None:
+    def _seal(self, head: Head, now: int, report: UpkeepReport | None = None) -> Head | None:
         """Seal the oldest unsealed frames into one segment if a threshold is reached: the
         new head, or None when there is nothing (more) to seal or another process won."""
         t = self.tiering
         if not is_tiered(head):
             return None
+        report = report or UpkeepReport(head.topic)
         start = max(head.sealed_through, head.earliest_seq - 1)
         limit = head.head_seq
         pending = [first for first in head.tag_pending if first >= head.earliest_seq]
         if pending:  # frames whose tag entries are not written yet stay in the tail
             limit = min(limit, min(pending) - 1)
+            report.due(now)  # ...until those are written: look again next interval
         if limit <= start:
             return None
         if limit - start < t.seal_records and head.unsealed_bytes < t.seal_bytes:
@@ -322,6 +387,7 @@ class Upkeep:
             # (None when a reserved slot is pending there: the read below waits for it)
             oldest = self.log.tail.frame_summaries(head, start, limit, 1)
             if oldest and not oldest[0].hole and oldest[0].ts > now - t.seal_age_ms:
+                report.due(oldest[0].ts + t.seal_age_ms)
                 return None
         cache, log_key, del_ver = self.log.cache, head.log_key, head.del_ver
 
@@ -354,6 +420,7 @@ class Upkeep:
         while chosen and chosen[-1].hole:
             chosen.pop()  # a segment ends on records: trailing holes wait for the next
         if not chosen:
+            report.due(now)
             return None
         first_real = next(f for f in chosen if not f.hole)
         due = (
@@ -362,6 +429,7 @@ class Upkeep:
             or first_real.ts <= now - t.seal_age_ms
         )
         if not due:
+            report.due(first_real.ts + t.seal_age_ms)
             return None
         records = [r for f in chosen for r in f.records]
         blob, info = encode_segment(head.topic, head.epoch, records, block_bytes=t.block_bytes)
@@ -392,6 +460,7 @@ class Upkeep:
         commit = SealCommit(head, item, nbytes + void_b, void_n, void_b)
         if not self.segments.commit_seal(commit):
             self.log.blobs.delete_many([key])
+            report.due(now)
             return None
         return dataclasses.replace(
             head,
@@ -407,10 +476,17 @@ class Upkeep:
         if head.trimmed_through >= head.sealed_through:
             return
         through = head.trimmed_through
-        for seg in self.segments.after(head, head.trimmed_through, 64):
-            if seg.last_seq > head.sealed_through or seg.created_ms + self.tiering.grace_ms > now:
+        segs = self.segments.after(head, head.trimmed_through, 64)
+        for seg in segs:
+            if seg.last_seq > head.sealed_through:
+                break
+            if seg.created_ms + self.tiering.grace_ms > now:
+                report.due(seg.created_ms + self.tiering.grace_ms)  # past the grace period
                 break
             through = seg.last_seq
+        else:
+            if len(segs) == 64:
+                report.due(now)  # one batch of segments per run: the next run trims on
         if through == head.trimmed_through:
             return
         gone = [
@@ -423,3 +499,5 @@ class Upkeep:
         self._delete_frames(head, gone)
         if self.log.tail.set_trimmed(head, through):
             report.trimmed_through = through
+        else:
+            report.due(now)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from headwater.engine.core import LogCore
 from headwater.engine.retention import upkeep_due
+from headwater.engine.sweeps import ChangedTopics
 
 if TYPE_CHECKING:
     import asyncio
@@ -29,6 +30,8 @@ class UpkeepTrigger:
         self._at: dict[str, float] = {}
         self._running: set[str] = set()
         self._deferred: set[str] = set()  # topics whose upkeep waits to run once
+        # Every topic an append committed to, for the background sweeps (engine/sweeps.py).
+        self.changes = ChangedTopics()
 
     def after_commit(self, topic: str) -> None:
         """An append to `topic` committed (on the event loop). A cap is enforced within
@@ -38,6 +41,7 @@ class UpkeepTrigger:
         have forgotten it since (it evicted or sealed: reads must take the head from
         storage). Not knowing the head is no reason to skip: the request is made anyway, and
         the run reads the head itself (at most one extra run per interval)."""
+        self.changes.note(topic)
         tiering = self.core.settings.tiering
         if self.run is None or not tiering.inline:
             return

@@ -14,6 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from headwater import __version__
 from headwater.console import ConsoleRoute
+from headwater.engine.sweeps import SweepPlan
 from headwater.http import api_docs, errors, probes
 from headwater.http.auth import KeyStore
 from headwater.http.aviso import RequestIdMiddleware
@@ -69,14 +70,24 @@ def create_app(
         sealer = indexer = None
         if interval_ms > 0:
             loop = asyncio.get_running_loop()
-            sealer = loop.create_task(svc.upkeep.timer(interval_ms / 1000))
+            # Each timer sweeps every topic only every full_sweep_ms (5 min); between, the topics
+            # this process changed and those come due (engine/sweeps.py): idle topics cost
+            # one read per full sweep, not one per interval.
+            changes = svc.engine.changes
+            svc.upkeep.on_change = changes.note
+            full_s = settings.tiering.full_sweep_ms / 1000
+            sealer = loop.create_task(
+                svc.upkeep.timer(interval_ms / 1000, SweepPlan(changes.subscribe(), full_s))
+            )
             # the same per-segment index build as the Glue job (headwater/index/local.py)
             local = LocalIndexer(
                 svc.engine,
                 svc.upkeep.segments,
                 svc.index_catalogue,
             )
-            indexer = loop.create_task(local.timer(interval_ms / 1000))
+            indexer = loop.create_task(
+                local.timer(interval_ms / 1000, SweepPlan(changes.subscribe(), full_s))
+            )
         yield
         for task in (sealer, indexer):
             if task is not None:

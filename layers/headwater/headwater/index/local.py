@@ -16,7 +16,9 @@ from typing import Any
 
 from headwater.durable.state import TOPIC_PREFIX, state_of
 from headwater.engine.log import LogEngine
+from headwater.engine.ports import Head
 from headwater.engine.ports.catalogue import IndexCatalogueStore
+from headwater.engine.sweeps import SweepPlan
 from headwater.errors import HeadwaterError
 from headwater.index.build import Progress, SegmentLister, index_stream
 
@@ -37,6 +39,7 @@ class LocalIndexer:
         self.segments = segments
         self.catalogue = catalogue
         self.max_segments = max_segments
+        self.behind: list[str] = []  # streams a pass did not finish: the next pass goes on
 
     def sweep(self) -> dict[str, Progress]:
         """One pass over every live stream with sealed segments and an index plan."""
@@ -45,34 +48,72 @@ class LocalIndexer:
         while True:
             # streams' topics only: other protocols (flag namespaces) keep their own ext
             page = self.engine.heads.list_live(TOPIC_PREFIX, after, PAGE)
-            for head in page:
-                state = state_of(head)
-                if state is None or not state.registry_key or not head.sealed_through:
-                    continue
-                try:
-                    reg: dict[str, Any] = json.loads(self.engine.blobs.get(state.registry_key))
-                    progress = index_stream(
-                        head,
-                        reg,
-                        segments=self.segments,
-                        blobs=self.engine.blobs,
-                        catalogue=self.catalogue,
-                        now_ms=self.engine.clock(),
-                        max_segments=self.max_segments,
-                    )
-                except HeadwaterError:
-                    log.warning("indexing %s failed; the next sweep tries again", head.topic)
-                    continue
-                if progress.generation:
-                    out[head.topic] = progress
+            self._visit(page, out)
             if len(page) < PAGE:
                 return out
             after = page[-1].topic
 
-    async def timer(self, interval_s: float) -> None:
+    def sweep_topics(self, topics: list[str]) -> dict[str, Progress]:
+        """The same pass over these streams only (those this process changed: engine/sweeps.py)."""
+        out: dict[str, Progress] = {}
+        heads = []
+        for topic in topics:
+            if not topic.startswith(TOPIC_PREFIX):
+                continue
+            head = self.engine.heads.get(topic)
+            if head is not None and not head.deleted:
+                heads.append(head)
+        self._visit(heads, out)
+        return out
+
+    def _visit(self, heads: list[Head], out: dict[str, Progress]) -> None:
+        visited = {h.topic for h in heads}
+        self.behind = [t for t in self.behind if t not in visited]
+        for head in heads:
+            state = state_of(head)
+            if state is None or not state.registry_key or not head.sealed_through:
+                continue
+            try:
+                reg: dict[str, Any] = json.loads(self.engine.blobs.get(state.registry_key))
+                progress = index_stream(
+                    head,
+                    reg,
+                    segments=self.segments,
+                    blobs=self.engine.blobs,
+                    catalogue=self.catalogue,
+                    now_ms=self.engine.clock(),
+                    max_segments=self.max_segments,
+                )
+            except HeadwaterError:
+                log.warning("indexing %s failed; the next sweep tries again", head.topic)
+                self.behind.append(head.topic)
+                continue
+            if progress.generation:
+                out[head.topic] = progress
+            if progress.lost_race or progress.built >= self.max_segments:
+                self.behind.append(head.topic)  # max_segments per pass: the next one goes on
+
+    def tick(self, plan: SweepPlan) -> dict[str, Progress]:
+        """One pass of the timer (blocking): over every stream when the plan says so, else
+        over the streams it names and those a pass left behind (none: no storage call)."""
+        topics = plan.next(self.engine.clock())
+        try:
+            if topics is None:
+                return self.sweep()
+            if topics or self.behind:
+                return self.sweep_topics(sorted({*topics, *self.behind}))
+            return {}
+        except Exception:
+            plan.failed(topics)
+            raise
+
+    async def timer(self, interval_s: float, plan: SweepPlan | None = None) -> None:
+        """A pass every interval; with a plan, over every stream only every
+        plan.full_every_s, else over those it names and those a pass left behind."""
+        plan = plan or SweepPlan(None)
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await asyncio.to_thread(self.sweep)
+                await asyncio.to_thread(self.tick, plan)
             except Exception:  # storage trouble: the next sweep tries again
                 log.warning("index sweep failed", exc_info=True)

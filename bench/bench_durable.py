@@ -240,6 +240,7 @@ class HeadwaterTarget:
     def __init__(self, backend: str = "moto") -> None:
         self.backend = backend
         self.emu: Any = None
+        self.env: dict[str, str] = {}  # settings for the next sessions' servers
 
     def open(self) -> None:
         from bench.bench_v0 import Emulators
@@ -254,7 +255,7 @@ class HeadwaterTarget:
         from bench.bench_v0 import fresh_servers
 
         try:
-            cm = fresh_servers(self.emu, ["server"])
+            cm = fresh_servers(self.emu, ["server"], self.env)
             srv = cm.__enter__()
         except Exception as exc:
             raise TargetUnavailable(f"Headwater server did not start: {exc!r}") from exc

@@ -36,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +166,15 @@ class RawHttp:
         return await self.request("POST", path, body)
 
     async def request(
-        self, method: str, path: str, body: bytes = b"", stamp: list[int] | None = None
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        stamp: list[int] | None = None,
+        heads: list[bytes] | None = None,
     ) -> tuple[int, bytes]:
         """One request with a JSON body; `stamp` receives monotonic_ns taken just before
-        the request is written."""
+        the request is written, `heads` the response's head (status line and headers)."""
         if self._w is None:
             self._r, self._w = await asyncio.open_connection(self.host, self.port, limit=self.limit)
         assert self._r is not None
@@ -182,6 +187,8 @@ class RawHttp:
         self._w.writelines([head, body])
         await self._w.drain()
         raw = await self._r.readuntil(b"\r\n\r\n")
+        if heads is not None:
+            heads.append(raw)
         return int(raw[9:12]), await read_body(self._r, raw)
 
     async def close(self) -> None:
@@ -403,12 +410,15 @@ class Emulators:
 
 
 @contextlib.contextmanager
-def fresh_servers(emu: Emulators, names: list[str]) -> Iterator[dict[str, BenchServer]]:
+def fresh_servers(
+    emu: Emulators, names: list[str], extra_env: Mapping[str, str] | None = None
+) -> Iterator[dict[str, BenchServer]]:
     """Server processes on a fresh resource prefix (new tables): moto's TransactWriteItems
     deep-copies every table it touches, stream history included, so a table's past slows
-    every later append; fresh tables keep workloads independent of each other."""
+    every later append; fresh tables keep workloads independent of each other. `extra_env`
+    goes to every server (settings under test)."""
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
-    env = {**emu.env(), "HEADWATER_RESOURCE_PREFIX": prefix}
+    env = {**emu.env(), "HEADWATER_RESOURCE_PREFIX": prefix, **(extra_env or {})}
     servers: dict[str, BenchServer] = {}
     try:
         for name in names:

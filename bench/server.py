@@ -9,6 +9,11 @@ AWS_ENDPOINT_URL), builds its clients from a boto3 Session hooked by
 
 Optional: HEADWATER_BENCH_PROFILE=/path.prof runs cProfile over the event-loop thread and
 writes it on shutdown (the storage threads are better seen with py-spy).
+HEADWATER_BENCH_TRACEMALLOC=N traces allocations (N frames each) and adds
+
+    GET  /_bench/memory       -> the live Python allocations by source line, largest first
+
+(bench_soak --trace: where the memory a long run keeps went).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
 
 ENV_PROFILE = "HEADWATER_BENCH_PROFILE"
+ENV_TRACEMALLOC = "HEADWATER_BENCH_TRACEMALLOC"
 
 
 async def calls(request: Request) -> Response:
@@ -41,8 +47,35 @@ async def calls_reset(request: Request) -> Response:
     return JSONResponse({"reset": True})
 
 
+async def memory(request: Request) -> Response:
+    import tracemalloc
+
+    if not tracemalloc.is_tracing():
+        return JSONResponse({"error": f"set {ENV_TRACEMALLOC}"}, status_code=409)
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)]
+    )
+    stats = snap.statistics("traceback")
+    top = [
+        {
+            "kb": round(st.size / 1024, 1),
+            "count": st.count,
+            "where": [
+                f"{f.filename.rsplit('/site-packages/', 1)[-1]}:{f.lineno}" for f in st.traceback
+            ],
+        }
+        for st in stats[: int(request.query_params.get("top", "40"))]
+    ]
+    total = sum(st.size for st in stats)
+    return JSONResponse({"traced_kb": round(total / 1024, 1), "top": top})
+
+
 def main() -> int:
     logging.basicConfig(level=logging.WARNING)
+    if frames := int(os.environ.get(ENV_TRACEMALLOC, "0") or 0):
+        import tracemalloc
+
+        tracemalloc.start(frames)
     if not os.environ.get("AWS_ENDPOINT_URL"):
         print(
             "bench.server: set AWS_ENDPOINT_URL (the benchmark owns the emulator)", file=sys.stderr
@@ -57,6 +90,7 @@ def main() -> int:
     app = create_app(settings, clients)
     app.add_api_route("/_bench/calls", calls, methods=["GET"], include_in_schema=False)
     app.add_api_route("/_bench/calls/reset", calls_reset, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/_bench/memory", memory, methods=["GET"], include_in_schema=False)
     profile_path = os.environ.get(ENV_PROFILE)
     prof = cProfile.Profile() if profile_path else None
     if prof is not None:

@@ -5,7 +5,9 @@
 #
 # e.g. tests/conformance/run.sh http://127.0.0.1:4437 /tmp/ds-conformance.json
 # Exit status is vitest's (0 = all tests passed).
-# Optional env: DS_LONG_POLL_TIMEOUT_MS, DS_SUBSCRIPTIONS=1 (see durable_streams.test.mjs).
+# Optional env: DS_LONG_POLL_TIMEOUT_MS, DS_SUBSCRIPTIONS=1 (see durable_streams.test.mjs);
+# DS_CONFORMANCE_CONFIG=<vitest config> (default tests/conformance/vitest.config.mjs, our 60 s
+# test timeout; tests/conformance/vitest.defaults.config.mjs keeps vitest's defaults).
 set -uo pipefail
 
 if [ "$#" -lt 2 ]; then
@@ -26,6 +28,6 @@ esac
 
 cd "$repo_root" || exit 2
 DS_BASE_URL="$base_url" npx --no-install vitest run \
-  --config tests/conformance/vitest.config.mjs \
+  --config "${DS_CONFORMANCE_CONFIG:-tests/conformance/vitest.config.mjs}" \
   --reporter=default --reporter=json --outputFile.json="$report" "$@"
 exit $?

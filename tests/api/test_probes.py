@@ -131,6 +131,27 @@ def test_metrics_json(client: TestClient) -> None:
     assert body["topics"]["jobs"]["earliest_seq"] == 1
 
 
+def test_memory_gauges_show_each_budget_and_stay_within_it(make_client: MakeClient) -> None:
+    """GIVEN a 64 KB frame cache and a 16 KB head budget WHEN 40 topics take ~200 KB of
+    records THEN the memory gauges show what each cache holds, never past its budget, and
+    the process's RSS."""
+    c = make_client(frame_cache_bytes=64 << 10, head_cache_bytes=16 << 10)
+    for t in range(40):
+        append(c, f"m{t}", [{"data": {"pad": "x" * 1000, "i": i}} for i in range(5)])
+        assert ok(c.post(f"/v0/topics/m{t}/diff", json={"from_seq": 0}))["records"]
+    g = ok(c.get("/v0/metrics", headers={"accept": "application/json"}))["gauges"]
+    assert g["headwater_memory_frame_cache_budget_bytes"] == 64 << 10
+    assert 32 << 10 < g["headwater_memory_frame_cache_bytes"] <= 64 << 10
+    assert g["headwater_memory_head_cache_budget_bytes"] == 16 << 10
+    assert 0 < g["headwater_memory_head_cache_bytes"] <= 16 << 10
+    assert 0 < g["headwater_memory_known_heads_bytes"] <= 16 << 10
+    assert g["headwater_memory_stream_buffers_bytes"] == 0  # no stream open
+    assert g["headwater_memory_rss_bytes"] > 10 << 20
+    # ...the same in the Prometheus text
+    m = metric_lines(c.get("/v0/metrics").text)
+    assert m["headwater_memory_frame_cache_budget_bytes"] == 64 << 10
+
+
 def test_metrics_queue_gauges(client: TestClient) -> None:
     put_topic(client, "work", {"type": "queue"})
     append_data(client, "work", 1, 2, 3)

@@ -36,6 +36,7 @@ ENV_GROUP_MAX_RECORDS = "HEADWATER_GROUP_COMMIT_MAX_RECORDS"
 ENV_LOG_PARTITIONS = "HEADWATER_LOG_PARTITIONS"
 ENV_HOLE_TIMEOUT_MS = "HEADWATER_HOLE_TIMEOUT_MS"
 ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
+ENV_HEAD_CACHE_BYTES = "HEADWATER_HEAD_CACHE_BYTES"
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
 ENV_GROUP_SPILL_BYTES = "HEADWATER_GROUP_SPILL_THRESHOLD_BYTES"
 ENV_MAX_WATCH_TOPICS = "TOPICS_MAX_WATCH_TOPICS"
@@ -409,7 +410,8 @@ class Settings:
     # as a hole (its writer died, or its reservation was applied twice): the longest a
     # reader ever waits on one.
     hole_timeout_ms: int = 1_000
-    frame_cache_bytes: int = 128 << 20
+    frame_cache_bytes: int = 32 << 20
+    head_cache_bytes: int = 8 << 20  # each of the two per-topic head maps (engine/heads.py)
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     # A frame that folds several concurrent requests (group commit) spills above this
     # instead (0: the same threshold); docs/storage.md "Spilled frames".
@@ -487,7 +489,8 @@ class Settings:
             group_commit_max_records=_int(e, ENV_GROUP_MAX_RECORDS, 10_000, 1),
             log_partitions=min(64, _int(e, ENV_LOG_PARTITIONS, 4, 1)),
             hole_timeout_ms=_int(e, ENV_HOLE_TIMEOUT_MS, 1_000, 50),
-            frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 128 << 20, 0),
+            frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 32 << 20, 0),
+            head_cache_bytes=_int(e, ENV_HEAD_CACHE_BYTES, 8 << 20, 0),
             spill_threshold_bytes=_spill(e, ENV_SPILL_BYTES, DEFAULT_SPILL_BYTES),
             group_spill_threshold_bytes=_spill(e, ENV_GROUP_SPILL_BYTES, 0),
             max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),

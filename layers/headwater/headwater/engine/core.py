@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from headwater.engine.cache import FrameCache
-from headwater.engine.heads import HeadHub, KnownHeads
+from headwater.engine.heads import DEFAULT_HEAD_CACHE_BYTES, HeadHub, HeadMap, KnownHeads
 from headwater.engine.notifier import Notifier
 from headwater.engine.ports import BlobStore, Head, HeadStore, LogTailStore, SegmentStore
 from headwater.engine.quotas import Quotas
@@ -44,11 +44,19 @@ class HeadCache:
     append judges its guards and caps on it without a read (its reservation is conditional
     on what they were judged on, so a stale head costs a refusal and a re-judgement, never a
     wrong verdict). Ages count on both clocks (a frozen Lambda environment may stop the
-    monotonic one)."""
+    monotonic one). Within a byte budget (HeadMap): a topic it no longer holds is read."""
 
-    def __init__(self, max_age_s: float) -> None:
+    def __init__(self, max_age_s: float, max_bytes: int = DEFAULT_HEAD_CACHE_BYTES) -> None:
         self.max_age_s = max_age_s
-        self._heads: dict[str, tuple[Head, float, float]] = {}
+        self._heads: HeadMap[tuple[Head, float, float]] = HeadMap(max_bytes, lambda v: v[0])
+
+    @property
+    def bytes(self) -> int:
+        return self._heads.bytes
+
+    @property
+    def max_bytes(self) -> int:
+        return self._heads.max_bytes
 
     def get(self, topic: str) -> Head | None:
         got = self._heads.get(topic)
@@ -56,15 +64,15 @@ class HeadCache:
             return None
         head, mono, wall = got
         if max(time.monotonic() - mono, time.time() - wall) > self.max_age_s:
-            del self._heads[topic]
+            self._heads.pop(topic)
             return None
         return head
 
     def __setitem__(self, topic: str, head: Head) -> None:
-        self._heads[topic] = (head, time.monotonic(), time.time())
+        self._heads.put(topic, (head, time.monotonic(), time.time()))
 
     def pop(self, topic: str, default: None = None) -> Head | None:
-        got = self._heads.pop(topic, None)
+        got = self._heads.pop(topic)
         return got[0] if got is not None else default
 
 
@@ -91,13 +99,13 @@ class LogCore:
         # Reserved slots a read stops at: waited for, and filled once overdue.
         self.slots = SlotResolver(heads, tail, self.cache, settings, clock)
         self.notifier = Notifier()
-        self.known = KnownHeads()
+        self.known = KnownHeads(settings.head_cache_bytes)
         self.hub = HeadHub(
             heads, self.known, self.notifier, lambda: settings.poll_interval_ms / 1000
         )
         # The head this process last committed or saw per topic: an append's starting point
         # (its conditional write proves it current) and the upkeep trigger's input.
-        self.head_cache = HeadCache(HEAD_CACHE_MAX_AGE_S)
+        self.head_cache = HeadCache(HEAD_CACHE_MAX_AGE_S, settings.head_cache_bytes)
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="headwater-io")
         # Background writes (watch cursor saves, upkeep, purges) run apart, so they never
         # queue reads.

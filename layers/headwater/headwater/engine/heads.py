@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from headwater.engine.notifier import Notifier
 from headwater.engine.ports import Head, HeadStore
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 POLL_MIN_S = 0.025
 IDLE_EXIT_S = 5.0  # the hub's task ends after this long with nothing watched
 MAX_KEYS = 100  # BatchGetItem
+DEFAULT_HEAD_CACHE_BYTES = 8 << 20  # each of the two per-topic head maps (settings.py)
+
+V = TypeVar("V")
 
 
 def _order(h: Head) -> tuple[int, int, int, int, int, int]:
@@ -47,25 +51,87 @@ class _Seen:
     at: float  # time.monotonic() when last confirmed
 
 
-class KnownHeads:
-    """The newest head this process has seen per topic (from commits, reads and polls)."""
+# What one remembered head holds, as tracemalloc measures it (tests/unit/test_memory_budgets.py):
+# the Head and its config, the map's entry, plus its topic and ext strings.
+HEAD_COST = 820
+CONFIG_ENTRY_COST = 64
 
-    def __init__(self) -> None:
-        self._seen: dict[str, _Seen] = {}
+
+def head_cost(head: Head) -> int:
+    return HEAD_COST + len(head.topic) + len(head.ext) + CONFIG_ENTRY_COST * len(head.config)
+
+
+class HeadMap(Generic[V]):
+    """Per-topic values by head, the least recently stored dropped first once what their
+    heads hold passes `max_bytes` (HEADWATER_HEAD_CACHE_BYTES): a process that has seen a
+    million topics over a month does not remember them all. Thread-safe (commits note heads
+    from the I/O threads)."""
+
+    def __init__(self, max_bytes: int, head_of: Callable[[V], Head]) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._head_of = head_of
+        self._items: dict[str, tuple[V, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, topic: str) -> V | None:
+        got = self._items.get(topic)
+        return None if got is None else got[0]
+
+    def put(self, topic: str, value: V) -> None:
+        cost = head_cost(self._head_of(value))
+        with self._lock:
+            old = self._items.pop(topic, None)
+            if old is not None:
+                self.bytes -= old[1]
+            if cost > self.max_bytes:
+                return
+            self._items[topic] = (value, cost)
+            self.bytes += cost
+            while self.bytes > self.max_bytes:
+                first = next(iter(self._items))
+                self.bytes -= self._items.pop(first)[1]
+
+    def pop(self, topic: str) -> V | None:
+        with self._lock:
+            got = self._items.pop(topic, None)
+            if got is None:
+                return None
+            self.bytes -= got[1]
+            return got[0]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class KnownHeads:
+    """The newest head this process has seen per topic (from commits, reads and polls), within
+    a byte budget: a topic it no longer remembers is read from storage."""
+
+    def __init__(self, max_bytes: int = DEFAULT_HEAD_CACHE_BYTES) -> None:
+        self._seen: HeadMap[_Seen] = HeadMap(max_bytes, lambda s: s.head)
+
+    @property
+    def bytes(self) -> int:
+        return self._seen.bytes
+
+    @property
+    def max_bytes(self) -> int:
+        return self._seen.max_bytes
 
     def note(self, head: Head, now: float | None = None) -> bool:
         """Record `head` unless we know a newer one. True if it changed what we know."""
         now = time.monotonic() if now is None else now
         cur = self._seen.get(head.topic)
         if cur is None or _order(head) > _order(cur.head):
-            self._seen[head.topic] = _Seen(head, now)
+            self._seen.put(head.topic, _Seen(head, now))
             return True
         if _order(head) == _order(cur.head):
             cur.at = now  # confirmed again: still fresh
         return False
 
     def forget(self, topic: str) -> bool:
-        return self._seen.pop(topic, None) is not None
+        return self._seen.pop(topic) is not None
 
     def fresh(self, topic: str, max_age_s: float) -> Head | None:
         cur = self._seen.get(topic)

@@ -124,6 +124,15 @@ class LogEngine:
     def cache(self) -> FrameCache:
         return self.core.cache
 
+    def memory(self) -> dict[str, tuple[int, int]]:
+        """What each of the engine's budgeted caches holds, and its budget (bytes)."""
+        c = self.core
+        return {
+            "frame_cache": (c.cache.bytes, c.cache.max_bytes),
+            "head_cache": (c.head_cache.bytes, c.head_cache.max_bytes),
+            "known_heads": (c.known.bytes, c.known.max_bytes),
+        }
+
     @property
     def sealed(self) -> SealedReader | None:
         return self.core.sealed

@@ -7,6 +7,7 @@ version=1.0.0` the 1.0.0 text format, anything else the Prometheus text format 0
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,21 @@ GAUGE_HELP = {
     "topics_recovery_progress": "Recovery progress (always complete: no WAL to replay).",
     "topics_uptime_ms": "Milliseconds since the process started.",
     "topics_topic_metrics_truncated": "1 when the per-topic gauges do not cover every topic.",
+    # This process's memory: what each budgeted cache and buffer holds, and its budget
+    # (docs/configuration.md "Memory budgets").
+    "headwater_memory_rss_bytes": "Resident memory of this process.",
+    "headwater_memory_frame_cache_bytes": "Decoded frames cached (HEADWATER_FRAME_CACHE_BYTES).",
+    "headwater_memory_frame_cache_budget_bytes": "The frame cache's budget.",
+    "headwater_memory_head_cache_bytes": (
+        "Heads remembered for appends (HEADWATER_HEAD_CACHE_BYTES)."
+    ),
+    "headwater_memory_head_cache_budget_bytes": "The head cache's budget.",
+    "headwater_memory_known_heads_bytes": "Heads remembered for live readers (the same budget).",
+    "headwater_memory_known_heads_budget_bytes": "The known heads' budget.",
+    "headwater_memory_stream_buffers_bytes": "Frames queued for SSE and WebSocket sockets.",
+    "headwater_memory_stream_buffers_budget_bytes": (
+        "Open streams times HEADWATER_STREAM_BUFFER_BYTES (each stream's send budget)."
+    ),
 }
 BY_CLASS_HELP = "Live topics per durability class."
 PER_TOPIC = (
@@ -169,6 +185,33 @@ def exposition(scrape: _Scrape, accept: str) -> tuple[bytes, str]:
     return encode(registry), content_type
 
 
+def memory_gauges(svc: Services) -> dict[str, float]:
+    """What this process's budgeted caches and buffers hold, and their budgets."""
+    from headwater.http.sse import Outbox
+
+    out: dict[str, float] = {"headwater_memory_rss_bytes": _rss_bytes()}
+    for pool, (held, budget) in svc.engine.memory().items():
+        out[f"headwater_memory_{pool}_bytes"] = held
+        out[f"headwater_memory_{pool}_budget_bytes"] = budget
+    return {
+        **out,
+        "headwater_memory_stream_buffers_bytes": max(0, Outbox.total_bytes),
+        "headwater_memory_stream_buffers_budget_bytes": (
+            svc.limits.streams * svc.settings.caps.stream_buffer_bytes
+        ),
+    }
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # peak, on macOS
+
+
 async def _snapshot(svc: Services, principal: Principal) -> _Scrape:
     """Gauges and per-topic series as `principal` may see them. A prefix-limited key gets the
     topic and router figures of its allowlist only (no other tenant's names, nor its sizes);
@@ -197,6 +240,7 @@ async def _snapshot(svc: Services, principal: Principal) -> _Scrape:
         "topics_recovery_progress": 1.0,
         "topics_uptime_ms": svc.uptime_ms(),
         "topics_topic_metrics_truncated": 1 if truncated else 0,
+        **memory_gauges(svc),
     }
     per_topic = [
         (

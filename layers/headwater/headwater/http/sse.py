@@ -66,6 +66,9 @@ class Outbox(Generic[T]):
     `put` waits while the box is full; an item is taken whatever its size once there is
     room, so the box holds at most `max_bytes` plus one item."""
 
+    # What every outbox of this process holds (the memory gauges: http/probes.py).
+    total_bytes = 0
+
     def __init__(self, max_frames: int, max_bytes: int) -> None:
         self.max_frames = max(1, max_frames)
         self.max_bytes = max(1, max_bytes)
@@ -73,6 +76,9 @@ class Outbox(Generic[T]):
         self.bytes = 0
         self._room = asyncio.Event()
         self._ready = asyncio.Event()
+
+    def __del__(self) -> None:
+        Outbox.total_bytes -= self.bytes
 
     def full(self) -> bool:
         return len(self.items) >= self.max_frames or self.bytes >= self.max_bytes
@@ -86,11 +92,13 @@ class Outbox(Generic[T]):
             await self._room.wait()
         self.items.append((item, size))
         self.bytes += size
+        Outbox.total_bytes += size
         self._ready.set()
 
     def get_nowait(self) -> T:
         item, size = self.items.popleft()
         self.bytes -= size
+        Outbox.total_bytes -= size
         self._room.set()
         return item
 

@@ -11,7 +11,7 @@ import pytest
 from api_helpers import MakeClient, append_data, assert_error, ok, put_topic
 from starlette.testclient import TestClient
 
-from headwater.settings import Limits
+from headwater.settings import Caps, Limits
 
 pytestmark = pytest.mark.api
 
@@ -265,3 +265,23 @@ def test_a_stream_past_its_longest_ends_and_the_next_one_resumes(
     second = c.get(body["stream_url"], headers=SSE)
     again = [e for e in _events(second.text) if e["event"] == "record"]
     assert [r["$seq"] for e in again for r in json.loads(e["data"])["records"]] == [3]
+
+
+def test_a_streams_events_hold_at_most_half_its_buffer(make_client: MakeClient) -> None:
+    """GIVEN a session that asks for batches of up to 8 MiB over 300 records of ~1 KB, and a
+    16 KiB stream buffer WHEN its stream is read THEN every record arrives, in events of at
+    most 8 KiB of records each (a client that stops reading holds the buffer, not 8 MiB
+    batches)."""
+    c = make_client(watch_max_stream_sec=1, caps=Caps(stream_buffer_bytes=16 << 10))
+    put_topic(c, "big")
+    for i in range(3):
+        append_data(c, "big", *({"i": 100 * i + k, "pad": "x" * 1000} for k in range(100)))
+    body = ok(
+        c.post("/v0/watch", json={"topics": {"big": {}}, "max_batch_bytes": 8 << 20, "limit": 1000})
+    )
+    got = c.get(body["stream_url"], headers=SSE)
+    events = [e for e in _events(got.text) if e["event"] == "record"]
+    seqs = [r["$seq"] for e in events for r in json.loads(e["data"])["records"]]
+    assert seqs == list(range(1, 301))
+    assert len(events) >= 300 * 1000 // (8 << 10)
+    assert max(len(e["data"]) for e in events) <= (8 << 10) + 1100  # one record past

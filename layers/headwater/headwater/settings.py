@@ -189,7 +189,7 @@ class Caps:
     max_total_bytes: int = 0
     buffer_grace_ms: int = 5_000
     # Stalled clients (docs/v0-topics.md, "Stalled clients"). A stream connection (SSE or
-    # WebSocket) holds at most stream_buffer_bytes of frames (plus the one being produced)
+    # WebSocket) holds at most stream_buffer_bytes of frames (the one being produced too)
     # waiting for its socket; every connection of the uvicorn server holds at most
     # socket_buffer_bytes unsent in the transport and as many unsent in the kernel
     # (TCP_NOTSENT_LOWAT). A write the client does not take within slow_consumer_timeout_ms

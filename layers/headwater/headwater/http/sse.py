@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 QUEUE_FRAMES = 8  # outbound frames held per connection (and at most buffer_bytes of them)
+WRITE_BYTES = 16 << 10  # small frames are joined into writes of up to this many bytes
 FINAL_WRITE_S = 5.0  # how long the final frame may wait for the client to read (ASGI servers
 # wait for the socket to drain before they write)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
@@ -63,8 +64,10 @@ async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
 
 class Outbox(Generic[T]):
     """Frames waiting for a socket, bounded by count and bytes; one producer, one consumer.
-    `put` waits while the box is full; an item is taken whatever its size once there is
-    room, so the box holds at most `max_bytes` plus one item."""
+    `put` waits until the item fits (an item larger than `max_bytes` goes into an empty
+    box alone), so the box holds at most `max_bytes`, or one larger item. A producer that
+    awaits `room()` before it builds its next item holds at most `max_bytes` with the box,
+    its items being at most half of it (issue 42: a stalled stream held three events)."""
 
     # What every outbox of this process holds (the memory gauges: http/probes.py).
     total_bytes = 0
@@ -86,14 +89,28 @@ class Outbox(Generic[T]):
     def empty(self) -> bool:
         return not self.items
 
+    def fits(self, size: int) -> bool:
+        return not self.items or (
+            len(self.items) < self.max_frames and self.bytes + size <= self.max_bytes
+        )
+
     async def put(self, item: T, size: int) -> None:
-        while self.full():
+        while not self.fits(size):
             self._room.clear()
             await self._room.wait()
         self.items.append((item, size))
         self.bytes += size
         Outbox.total_bytes += size
         self._ready.set()
+
+    async def room(self) -> None:
+        """Wait until the box is at most half full (by count and bytes): room for an item of
+        up to half the budget."""
+        while self.items and (
+            len(self.items) > self.max_frames // 2 or self.bytes > self.max_bytes // 2
+        ):
+            self._room.clear()
+            await self._room.wait()
 
     def get_nowait(self) -> T:
         item, size = self.items.popleft()
@@ -188,9 +205,19 @@ class EventStreamResponse(Response):
                 self.slot.release()
 
     async def _produce(self) -> None:
+        frames = self.frames.__aiter__()
         try:
-            async for chunk in self.frames:
+            while True:
+                # The next frame is built (its page read) only once the box has room for it:
+                # a stream that is not drained holds its buffer, not a page more.
                 if self.queue.full():
+                    self.blocked_since = time.monotonic()
+                await self.queue.room()
+                try:
+                    chunk = await frames.__anext__()
+                except StopAsyncIteration:
+                    break
+                if not self.queue.fits(len(chunk)) and self.blocked_since is None:
                     self.blocked_since = time.monotonic()
                 await self.queue.put(chunk, len(chunk))
                 self.blocked_since = None
@@ -232,13 +259,14 @@ class EventStreamResponse(Response):
                 break
             parts = [chunk]
             size = len(chunk)
-            while size < self.queue.max_bytes and not self.queue.empty():
+            while size < WRITE_BYTES and not self.queue.empty():
                 nxt = self.queue.get_nowait()
                 if nxt is None:
                     ended = True
                     break
                 parts.append(nxt)
                 size += len(nxt)
+            nxt = None
             blocked = self.blocked_since
             if blocked is not None and time.monotonic() - blocked >= self.grace_s:
                 if not self.advised and self.pacing_advice:
@@ -246,10 +274,15 @@ class EventStreamResponse(Response):
                     parts.insert(0, self._advisory())
             elif self.queue.empty():
                 self.advised = False
-            # One write of whole frames, at most the buffer plus one frame: a frame is never
-            # split, so the final frame after a missed deadline follows a complete event.
-            if not await self._write(send, b"".join(parts), more=True):
+            # One write of whole frames, at most WRITE_BYTES or one frame: a frame is never
+            # split, so the final frame after a missed deadline follows a complete event; and
+            # the transport (which takes a write whole before it pauses the sender) holds at
+            # most its high-water mark plus one such write.
+            body = b"".join(parts) if len(parts) > 1 else parts[0]
+            del parts, chunk  # while the write waits for the socket, one copy is held
+            if not await self._write(send, body, more=True):
                 return
+            del body
         if self.outcome == "open":
             self.outcome = "complete"
         await self._write(send, b"", more=False)

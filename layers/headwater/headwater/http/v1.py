@@ -842,9 +842,9 @@ def _sse(
     svc = services(request)
     key_id = svc.keys.authenticate(request.headers.get("authorization")).key_id
     slot = svc.limits.acquire_stream(key_id if svc.keys.enabled else None)
-    # Pages no bigger than the stream's buffer: a client that stops reading holds a few
-    # of them in this process, not a few 4 MB pages.
-    page_bytes = svc.settings.caps.stream_buffer_bytes
+    # Pages of half the stream's buffer: the next is read only once the buffer has room
+    # for it (http/sse.py Outbox.room), so a client that stops reading holds the buffer.
+    page_bytes = max(1, svc.settings.caps.stream_buffer_bytes // 2)
 
     async def events() -> AsyncGenerator[bytes, None]:
         nonlocal head, state, start
@@ -859,7 +859,9 @@ def _sse(
                     # (even one quoted inside the data) still holds the whole data event.
                     data = sse_data_event(_payload(state, rr, view), encoding)
                     del rr  # a blocked stream holds its event's bytes, not the decoded page
-                    yield data + _control(head, state, start, cursor)
+                    data += _control(head, state, start, cursor)  # one copy held, not two
+                    yield data
+                    del data
                     first = False
                     continue
             if start >= head.head_seq and (first or state.closed):

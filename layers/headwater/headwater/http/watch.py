@@ -3,6 +3,7 @@ server-sent events."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -150,6 +151,13 @@ async def open_watch(wid: str, request: Request) -> Response:
         principal.require_names(*(t.topic for t in session.spec.topics))
     if not accepts_event_stream(request.headers.get("accept")):
         raise NotAcceptable("this stream needs Accept: text/event-stream")
+    # An event is at most half the stream's buffer (max_batch_bytes is a budget, §7.2: a
+    # smaller batch is allowed): a client that stops reading holds the buffer, not a few
+    # batches of up to 8 MiB. The stored session keeps what the client asked for.
+    event_bytes = max(1, svc.settings.caps.stream_buffer_bytes // 2)
+    if session.spec.max_batch_bytes > event_bytes:
+        spec = dataclasses.replace(session.spec, max_batch_bytes=event_bytes)
+        session = dataclasses.replace(session, spec=spec)
     # The connection counts against the stream caps (spec §11), attributed to the session's
     # creating key; the response releases the slot however the stream ends.
     slot = svc.limits.acquire_stream(item.key_id if item.auth else None)

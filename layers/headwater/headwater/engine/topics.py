@@ -109,6 +109,7 @@ class Topics:
             if not self.create_head(new, replacing):
                 return None
             c.known.note(new)
+            c.head_cache[topic] = new  # the first append judges on it without a read
             return new
 
         head = await c.io(run)

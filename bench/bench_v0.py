@@ -86,7 +86,9 @@ def _num(body: bytes, name: bytes) -> float | None:
 
 # --- load generator (runs in spawned client processes) ------------------------------------
 async def read_body(r: asyncio.StreamReader, head: bytes) -> bytes:
-    """The body after response `head`: Content-Length or chunked."""
+    """The body after response `head`: Content-Length or chunked (none for 204 and 304)."""
+    if head[9:12] in (b"204", b"304"):
+        return b""
     length = -1
     chunked = False
     for line in head.split(b"\r\n")[1:]:

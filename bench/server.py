@@ -12,6 +12,7 @@ writes it on shutdown (the storage threads are better seen with py-spy).
 HEADWATER_BENCH_TRACEMALLOC=N traces allocations (N frames each) and adds
 
     GET  /_bench/memory       -> the live Python allocations by source line, largest first
+    POST /_bench/memory       -> marks now; GET ?since_mark=1 then gives what grew since
 
 (bench_soak --trace: where the memory a long run keeps went).
 """
@@ -22,6 +23,7 @@ import cProfile
 import logging
 import os
 import sys
+from typing import Any
 
 import boto3
 from starlette.requests import Request
@@ -55,19 +57,42 @@ async def memory(request: Request) -> Response:
     snap = tracemalloc.take_snapshot().filter_traces(
         [tracemalloc.Filter(False, tracemalloc.__file__)]
     )
-    stats = snap.statistics("traceback")
+    if request.method == "POST":  # a mark: later GETs with ?since_mark=1 compare to it
+        _MARK[:] = [snap]
+        return JSONResponse({"marked": True})
+    n = int(request.query_params.get("top", "40"))
+    if request.query_params.get("since_mark") and _MARK:
+        diff = snap.compare_to(_MARK[0], "traceback")
+        rows = [(st.size_diff, st.count_diff, st.traceback) for st in diff[:n]]
+        total = sum(st.size_diff for st in diff)
+    else:
+        stats = snap.statistics("traceback")
+        rows = [(st.size, st.count, st.traceback) for st in stats[:n]]
+        total = sum(st.size for st in stats)
     top = [
         {
-            "kb": round(st.size / 1024, 1),
-            "count": st.count,
-            "where": [
-                f"{f.filename.rsplit('/site-packages/', 1)[-1]}:{f.lineno}" for f in st.traceback
-            ],
+            "kb": round(size / 1024, 1),
+            "count": count,
+            "where": [f"{f.filename.rsplit('/site-packages/', 1)[-1]}:{f.lineno}" for f in tb],
         }
-        for st in stats[: int(request.query_params.get("top", "40"))]
+        for size, count, tb in rows
     ]
-    total = sum(st.size for st in stats)
     return JSONResponse({"traced_kb": round(total / 1024, 1), "top": top})
+
+
+_MARK: list[Any] = []
+
+
+async def trim(request: Request) -> Response:
+    """glibc's malloc_trim(0): give back to the OS what the allocator keeps free, so the RSS
+    that is left is what the process holds (bench_soak: held vs retained after a peak)."""
+    import ctypes
+
+    try:
+        released = ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError as exc:
+        return JSONResponse({"error": repr(exc)}, status_code=409)
+    return JSONResponse({"released": bool(released)})
 
 
 def main() -> int:
@@ -90,7 +115,8 @@ def main() -> int:
     app = create_app(settings, clients)
     app.add_api_route("/_bench/calls", calls, methods=["GET"], include_in_schema=False)
     app.add_api_route("/_bench/calls/reset", calls_reset, methods=["POST"], include_in_schema=False)
-    app.add_api_route("/_bench/memory", memory, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/_bench/memory", memory, methods=["GET", "POST"], include_in_schema=False)
+    app.add_api_route("/_bench/trim", trim, methods=["POST"], include_in_schema=False)
     profile_path = os.environ.get(ENV_PROFILE)
     prof = cProfile.Profile() if profile_path else None
     if prof is not None:

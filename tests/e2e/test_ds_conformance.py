@@ -172,10 +172,10 @@ def test_durable_streams_conformance_suite_passes(
     ]
     assert not unexpected_status, [(r.path, r.status) for r in unexpected_status]
 
-    # THEN no test fails (a clock-bound one that failed under the suite's load must pass
-    # when run again alone)
+    # THEN no test fails (a clock-bound one, or one past the default 5 s, that failed under
+    # the suite's load must pass when run again alone)
     failures = [r for r in results if r.status == "failed"]
-    if failures and all(_clock_bound(r) for r in failures):
+    if failures and all(_clock_bound(r) or _timed_out(r, config) for r in failures):
         retried = [_rerun_alone(server.url, r, tmp_path, env) for r in failures]
         print("re-run alone: " + "; ".join(f"{r.path}: {r.status}" for r in retried))
         failures = [r for r in retried if r.status != "passed"]
@@ -186,6 +186,14 @@ def test_durable_streams_conformance_suite_passes(
     # ...vitest's own counts agree with the per-test results, and it exits 0
     assert report.get("numFailedTests", 0) == 0
     assert proc.returncode == 0, f"vitest exit {proc.returncode}:\n{output_tail}"
+
+
+def _timed_out(r: Result, config: str) -> bool:
+    """A test that ran past vitest's default 5 s under the whole suite's load (the package's
+    defaults only). The property-based tests take 2-3.5 s here alone (issue 42:
+    bench/bench_conformance.py), so one such failure is run again alone and must pass;
+    a test that times out alone too fails the run."""
+    return config == "package-defaults" and "timed out in" in r.message
 
 
 def _clock_bound(r: Result) -> bool:

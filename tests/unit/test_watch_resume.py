@@ -98,3 +98,70 @@ def test_deleted_topics_stay_out() -> None:
     )
     assert opened.start == {"a": 40, "c": 5}
     assert opened.deleted == frozenset({"b"})
+
+
+@pytest.mark.timeout(30)  # the spin starved the event loop: the test never woke to assert
+def test_a_slow_cursor_save_does_not_spin_the_stream() -> None:
+    """A watch stream saves its cursors on the engine's pool and learns the outcome at a
+    later checkpoint. While a save is slow (the storage pool backed up), the stream must
+    wait for it, not loop: it used to compute a checkpoint deadline already past and spin
+    on the event loop until the save ended, and 500 such streams starved the server
+    (issue 42's soak: a core busy, appends from ~2,000 a minute to 20)."""
+    import asyncio
+    import contextlib
+    import threading
+
+    from headwater.engine import watch as watch_mod
+    from tests.fakes.processes import ManualClock, processes, rec, req
+
+    released = threading.Event()
+
+    async def scenario() -> int:
+        async with processes(1, ManualClock()) as (p,):
+            await p.engine.append("a", req(rec(x=1)))
+            sessions = p.stores.sessions
+            real_save = sessions.save_cursors
+
+            def slow_save(*args: object, **kwargs: object) -> bool:
+                released.wait(5)  # the pool is slow: this save takes a while
+                return real_save(*args, **kwargs)  # type: ignore[arg-type]
+
+            sessions.save_cursors = slow_save  # type: ignore[method-assign]
+            spec = WatchSpec(topics=(TopicWatch("a", 0, 1),))
+            item = WatchSessionItem(
+                wid="wid_slow", key_id="k", scopes=frozenset({"read"}), auth=False,
+                spec=spec.to_json(), cursors=None, last_access_ms=0, ttl_ms=300,
+            )  # fmt: skip
+            sessions.put(item)
+            engine = WatchEngine(p.engine, sessions, 300)  # cursors touched every 0.1 s
+            calls = 0
+            real_checkpoint = watch_mod._StreamRun._checkpoint
+
+            async def counted(self: object) -> object:
+                nonlocal calls
+                calls += 1
+                return await real_checkpoint(self)  # type: ignore[arg-type]
+
+            watch_mod._StreamRun._checkpoint = counted  # type: ignore[method-assign]
+            try:
+                events = engine.stream(WatchEngine.resolve(item, None))
+
+                async def consume() -> None:
+                    async for _ in events:
+                        pass
+
+                task = asyncio.create_task(consume())
+                await asyncio.sleep(0.6)  # a save starts at 0.1 s and hangs
+                seen = calls
+                released.set()
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return seen
+            finally:
+                watch_mod._StreamRun._checkpoint = real_checkpoint  # type: ignore[method-assign]
+                released.set()
+
+    checkpoints = asyncio.run(scenario())
+    # a handful of wake-ups (the read, the poll backstop), not a busy loop
+    assert checkpoints < 50, checkpoints

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -650,6 +651,11 @@ class _StreamRun(TopicFeed):
         )
 
     def _checkpoint_deadline(self) -> float:
+        if self.saving is not None and not self.saving.done():
+            # A save in flight wakes the loop when it ends: no deadline until then (one
+            # already past would make the loop spin on the event loop, starving every other
+            # stream and request while the storage pool is slow: issue 42's soak).
+            return math.inf
         deadline = self.last_save + self.touch_s
         if self.unsaved:
             deadline = min(deadline, self.last_save + SAVE_INTERVAL_S)

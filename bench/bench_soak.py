@@ -390,17 +390,18 @@ def run(p: Params, out_path: Path, argv: list[str] | None) -> dict[str, Any]:
             try:
                 assert parent.poll(120) and parent.recv() == "open"
                 _wait_connections(base, p.idle_sse)
-                time.sleep(3.0)
+                settled_s = _wait_settled(base)
                 rss_after_idle = _rss_kb(srv.pid)
                 idle_kb = (rss_after_idle - rss_before_idle) / max(p.idle_sse, 1)
                 print(
                     f"idle SSE: {p.idle_sse} connections, server RSS {rss_before_idle / KB:.1f}"
-                    f" -> {rss_after_idle / KB:.1f} MB, {idle_kb:.1f} KB each"
+                    f" -> {rss_after_idle / KB:.1f} MB, {idle_kb:.1f} KB each (settled in "
+                    f"{settled_s} s)"
                 )
-                counter.reset()
+                _retry(counter.reset)
                 print(f"soak: {p.minutes:g} min of mixed load ...", flush=True)
                 got = asyncio.run(_soak_and_stall(base, p, pids, wids, parent))
-                calls = counter.snapshot()
+                calls = _retry(counter.snapshot)
                 parent.send("stop")
                 sockets_report = parent.recv() if parent.poll(60) else {}
             finally:
@@ -430,6 +431,7 @@ def run(p: Params, out_path: Path, argv: list[str] | None) -> dict[str, Any]:
             "rss_before_mb": rss_before_idle / KB,
             "rss_after_mb": rss_after_idle / KB,
             "kb_per_connection": idle_kb,
+            "settled_s": settled_s,
             **sockets_report,
         },
         budget_kb=(stream_budget + socket_budget) / KB,
@@ -437,11 +439,42 @@ def run(p: Params, out_path: Path, argv: list[str] | None) -> dict[str, Any]:
     )
 
 
+def _wait_settled(base: str, timeout_s: float = 300.0) -> float:
+    """Seconds until a storage read (GET of the idle topic) answers within 200 ms three times
+    in a row: the streams just opened have made their first reads (the emulator serves one
+    request at a time, so 1,000 streams' first reads queue for a while)."""
+    t0 = time.monotonic()
+    fast = 0
+    while time.monotonic() - t0 < timeout_s and fast < 3:
+        s = time.monotonic()
+        try:
+            _call(base, "GET", f"/v0/topics/{IDLE_TOPIC}")
+            fast = fast + 1 if time.monotonic() - s < 0.2 else 0
+        except OSError:
+            fast = 0
+        time.sleep(0.5)
+    return round(time.monotonic() - t0, 1)
+
+
+def _retry(fn: Any, attempts: int = 5) -> Any:
+    for i in range(attempts):
+        try:
+            return fn()
+        except OSError:
+            if i == attempts - 1:
+                raise
+            time.sleep(2.0)
+    return None
+
+
 def _wait_connections(base: str, n: int, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     seen = 0.0
     while time.monotonic() < deadline:
-        got = _call(base, "GET", "/v0/metrics")
+        try:
+            got = _call(base, "GET", "/v0/metrics")
+        except OSError:  # busy with the streams' first reads: ask again
+            continue
         seen = got["gauges"]["topics_sse_connections"]
         if seen >= n:
             return

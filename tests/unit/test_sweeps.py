@@ -190,3 +190,28 @@ def test_a_sweep_that_fails_is_retried_in_full() -> None:
             assert [r.topic for r in reports] == ["t"]
 
     asyncio.run(scenario())
+
+
+def test_a_topic_whose_upkeep_failed_is_visited_again_next_tick() -> None:
+    from headwater.errors import StorageUnavailable
+
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        async with processes(1, clock) as (p,):
+            await p.engine.append("t", req(rec(a=1)))
+            plan = SweepPlan(p.engine.changes.subscribe(), full_every_s=300, monotonic=Mono())
+            await asyncio.to_thread(p.upkeep.tick, plan)  # the first, full sweep
+            await p.engine.append("t", req(rec(a=2)))
+            real = p.upkeep.run
+
+            def failing(topic: str, head: Any = None) -> Any:
+                raise StorageUnavailable("throttled")
+
+            p.upkeep.run = failing  # type: ignore[method-assign]
+            assert await asyncio.to_thread(p.upkeep.tick, plan) == []  # t failed
+            p.upkeep.run = real  # type: ignore[method-assign]
+            reports = await asyncio.to_thread(p.upkeep.tick, plan)
+            assert [r.topic for r in reports] == ["t"]  # ...and is visited at once
+
+    asyncio.run(scenario())

@@ -87,6 +87,7 @@ class Upkeep:
         # Told of each topic a run sealed, evicted or dropped from (the local indexer's and
         # the timers' change feed: engine/sweeps.py); set by the serving process.
         self.on_change: Callable[[str], None] | None = None
+        self.failed: list[str] = []  # topics whose upkeep failed since the last tick
 
     @property
     def tiering(self) -> Tiering:
@@ -161,9 +162,7 @@ class Upkeep:
                 reports.append(self.run(head.topic, head))
             except HeadwaterError:
                 log.warning("upkeep of %s failed", head.topic, exc_info=True)
-                failed = UpkeepReport(head.topic, notes=["failed"])
-                failed.due(self.log.clock())
-                reports.append(failed)
+                self.failed.append(head.topic)  # the timer's next tick visits it again
         return True
 
     def wanted(self, head: Head) -> bool:
@@ -190,7 +189,10 @@ class Upkeep:
         except Exception:
             plan.failed(topics)
             raise
-        plan.visited(topics or (), {r.topic: r.due_ms for r in reports if r.due_ms is not None})
+        due = {r.topic: r.due_ms for r in reports if r.due_ms is not None}
+        failed, self.failed = self.failed, []
+        due.update((t, 0) for t in failed)  # due at once: visited again next tick
+        plan.visited(topics or (), due)
         return reports
 
     async def timer(self, interval_s: float, plan: SweepPlan | None = None) -> None:

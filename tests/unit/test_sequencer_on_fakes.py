@@ -181,6 +181,42 @@ def test_a_prefix_delete_past_a_hole_leaves_the_topic_empty() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("hole_at", ["first seq", "middle"])
+def test_a_queue_drained_past_a_hole_counts_nothing(hole_at: str) -> None:
+    """The fault run's flake (issue 42): a producer's first reservation never committed, so
+    the queue's floor stood on a hole no job would ever ack, and the topic counted it for
+    good; and a floor moved past a hole by acks kept counting its seqs."""
+
+    async def scenario() -> None:
+        async with processes(2, ManualClock()) as (a, b):
+            await a.engine.put_topic("jobs", {"type": "queue"})
+            if hole_at == "middle":
+                await a.engine.append("jobs", req(rec(j=0)))
+            # GIVEN a producer reserved a seq and never wrote it, then two jobs came
+            head = a.engine.core.heads.get("jobs")
+            assert head is not None
+            a.engine.core.heads.reserve(head, 1, 10, a.engine.core.clock())
+            await b.engine.append("jobs", req(rec(j=1), rec(j=2)))
+            # WHEN a worker claims (passing the hole once it is overdue) and acks every job
+            claimed = await b.queues.claim("jobs", "w1", 10, 30_000)
+            assert len(claimed.jobs) == (3 if hole_at == "middle" else 2)
+            for job in claimed.jobs:
+                await b.queues.ack("jobs", "w1", [job.seq], [job.lease_id])
+            # THEN (within the floor's once-a-second pace) the queue counts nothing, and its
+            # floor is past the hole
+            deadline = time.monotonic() + 10
+            while True:
+                head = await b.engine.head_of("jobs")
+                assert head is not None
+                drained = (head.count, head.bytes, head.earliest_seq) == (0, 0, head.head_seq + 1)
+                if drained or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert (head.count, head.bytes, head.earliest_seq) == (0, 0, head.head_seq + 1)
+
+    asyncio.run(scenario())
+
+
 def test_a_writers_own_failed_seqs_are_filled_at_once_with_their_bytes() -> None:
     async def scenario() -> None:
         async with processes(2, ManualClock()) as (a, b):

@@ -14,6 +14,8 @@ from headwater.engine.scan import FrameScan, StaleHead
 from headwater.engine.values import DeleteResult, TagMatch
 from headwater.errors import StorageUnavailable, TopicNotFound
 
+FLOOR_ATTEMPTS = 5  # reads of the head by one advance_floor that concurrent deletes beat
+
 
 def after_delete(head: Head, count: int, nbytes: int, new_es: int | None) -> Head:
     """The head as a delete of `count` records (`nbytes`) leaves it (a queue's acks)."""
@@ -24,6 +26,15 @@ def after_delete(head: Head, count: int, nbytes: int, new_es: int | None) -> Hea
         earliest_seq=new_es if new_es is not None else head.earliest_seq,
         del_ver=head.del_ver + 1,
     )
+
+
+def passed(head: Head, new_es: int, count: int, nbytes: int) -> tuple[int, int]:
+    """What a floor move to `new_es` takes out of the counters: `count` and `nbytes`, or,
+    when it passes every seq `head` reserved, all the head counts (the topic holds nothing:
+    that includes the bytes of holes a reader filled, which no one else knows)."""
+    if new_es > head.head_seq:
+        return head.count, head.bytes
+    return count, nbytes
 
 
 class RecordDeletes:
@@ -83,9 +94,10 @@ class RecordDeletes:
         # holes below the new floor leave the counters with the records (docs/storage.md
         # "The sequencer": a hole's seqs count until something passes it)
         void_n, void_b = self.scan.voids_between(head, head.earliest_seq, new_es)
-        if not self._move_floor(head, new_es, count + void_n, nbytes + void_b):
+        gone_n, gone_b = passed(head, new_es, count + void_n, nbytes + void_b)
+        if not self._move_floor(head, new_es, gone_n, gone_b):
             return None
-        return count, after_delete(head, count + void_n, nbytes + void_b, new_es)
+        return count, after_delete(head, gone_n, gone_b, new_es)
 
     def _tagged(self, head: Head, upper: int, match: TagMatch) -> tuple[int, Head] | None:
         self.complete_tag_index(head)
@@ -161,14 +173,18 @@ class RecordDeletes:
             cur = after_delete(cur, c_n, c_b, None)
         new_es = self.scan.first_live(cur, cur.earliest_seq)
         if new_es != cur.earliest_seq:
-            void_n, void_b = self.scan.voids_between(cur, cur.earliest_seq, new_es)
+            void_n, void_b = passed(
+                cur, new_es, *self.scan.voids_between(cur, cur.earliest_seq, new_es)
+            )
             while not self._move_floor(cur, new_es, void_n, void_b):
                 fresh_head = c.heads.get(cur.topic)
                 if fresh_head is None or fresh_head.deleted:
                     break
                 cur = fresh_head
                 new_es = self.scan.first_live(cur, cur.earliest_seq)
-                void_n, void_b = self.scan.voids_between(cur, cur.earliest_seq, new_es)
+                void_n, void_b = passed(
+                    cur, new_es, *self.scan.voids_between(cur, cur.earliest_seq, new_es)
+                )
             cur = dataclasses.replace(
                 after_delete(cur, void_n, void_b, new_es), del_ver=cur.del_ver + 1
             )
@@ -210,16 +226,25 @@ class RecordDeletes:
 
     def advance_floor(self, topic: str) -> None:
         """Move earliest_seq past a deleted prefix (records deleted one by one, e.g. queue
-        acks). One attempt: a concurrent delete wins, and the next call catches up."""
+        acks), taking the holes in it out of the counters as _marked does (a hole's seqs
+        count until something passes it). A concurrent delete that wins is read again, a
+        few times: the last acks of a drained queue have no later call to catch up."""
         c = self.core
-        head = c.heads.get(topic)
-        if head is None or head.deleted:
-            return
-        try:
-            floor = self.scan.first_live(head, head.earliest_seq)
-        except StaleHead:
-            return
-        if floor > head.earliest_seq and self._move_floor(head, floor):
+        for _ in range(FLOOR_ATTEMPTS):
+            head = c.heads.get(topic)
+            if head is None or head.deleted:
+                return
+            try:
+                floor = self.scan.first_live(head, head.earliest_seq)
+                if floor <= head.earliest_seq:
+                    return
+                voids = self.scan.voids_between(head, head.earliest_seq, floor)
+            except StaleHead:
+                c.forget_head(topic)
+                continue
+            if self._move_floor(head, floor, *passed(head, floor, *voids)):
+                c.forget_head(topic)
+                return
             c.forget_head(topic)
 
     def complete_tag_index(self, head: Head) -> None:

@@ -370,7 +370,7 @@ class LogEngine:
 
     def advance_floor(self, topic: str) -> None:
         """Move earliest_seq past a deleted prefix (records deleted one by one, e.g. queue
-        acks). One attempt: a concurrent delete wins, and the next call catches up."""
+        acks) and the holes in it (RecordDeletes.advance_floor)."""
         self.deletes.advance_floor(topic)
         self.changes.note(topic)
 

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import random
 import secrets
 import time
@@ -200,6 +201,7 @@ class QueueEngine:
         self._coordinators: dict[str, _Coordinator] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._floor_moved: dict[str, float] = {}
+        self._floor_deferred: set[str] = set()
         self._jitter: dict[str, int] = {}  # claim_jitter_ms per topic, as of its last pass
         self.passes = 0
 
@@ -696,14 +698,30 @@ class QueueEngine:
     ) -> LeaseOpResult:
         result, floor = await self.log.run_io(self._ack_sync, topic, node, seqs, lease_ids)
         self.log.notifier.notify(topic)
-        now = time.monotonic()
-        if floor and now - self._floor_moved.get(topic, 0.0) >= FLOOR_INTERVAL_S:
-            # The job at earliest_seq is gone: move the floor past the finished prefix, in
-            # the background and at most once a second per topic (reads only skip deleted
-            # records below a stale floor, so this is upkeep, not correctness).
-            self._floor_moved[topic] = now
-            self.log.submit_io(self.log.advance_floor, topic).add_done_callback(_log_failure)
+        if floor:
+            self._advance_floor(topic)
         return result
+
+    def _advance_floor(self, topic: str) -> None:
+        """Move the floor past the finished prefix (and the holes in it, which the topic's
+        count holds until then), in the background and at most once a second per topic; a
+        request within the second runs at its end, so the last acks of a queue that drains
+        are not left behind (on the event loop)."""
+        if topic in self._floor_deferred:
+            return  # a later move is arranged; it sees this ack too
+        now = time.monotonic()
+        wait = self._floor_moved.get(topic, -math.inf) + FLOOR_INTERVAL_S - now
+        if wait > 0:
+            self._floor_deferred.add(topic)
+
+            def later() -> None:
+                self._floor_deferred.discard(topic)
+                self._advance_floor(topic)
+
+            asyncio.get_running_loop().call_later(wait, later)
+            return
+        self._floor_moved[topic] = now
+        self.log.submit_io(self.log.advance_floor, topic).add_done_callback(_log_failure)
 
     def _ack_sync(
         self, topic: str, node: str, seqs: Sequence[int], lease_ids: Sequence[str] | None
@@ -714,7 +732,9 @@ class QueueEngine:
         skipped += [lease.seq for lease, _ in held if lease.seq not in finished]
         now = self.log.clock()
         state = self.store.load(qkey, now)  # the counters after the ack
-        floor = bool(done) and min(done) <= head.earliest_seq
+        # The job at the floor is gone, or no job is left out (the floor may stand on a hole
+        # no job will ever ack: a producer's reservation that never committed)
+        floor = bool(done) and (min(done) <= head.earliest_seq or state.outstanding == 0)
         return LeaseOpResult(done, skipped, counters(after, state, now)), floor
 
     async def retime(

@@ -37,6 +37,8 @@ ENV_LOG_PARTITIONS = "HEADWATER_LOG_PARTITIONS"
 ENV_HOLE_TIMEOUT_MS = "HEADWATER_HOLE_TIMEOUT_MS"
 ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_HEAD_CACHE_BYTES = "HEADWATER_HEAD_CACHE_BYTES"
+ENV_MALLOC_ARENA_MAX = "HEADWATER_MALLOC_ARENA_MAX"  # a serving process's glibc arenas (0: default)
+ENV_MALLOC_TRIM_MS = "HEADWATER_MALLOC_TRIM_MS"  # malloc_trim every this often (0: never)
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
 ENV_GROUP_SPILL_BYTES = "HEADWATER_GROUP_SPILL_THRESHOLD_BYTES"
 ENV_MAX_WATCH_TOPICS = "TOPICS_MAX_WATCH_TOPICS"
@@ -412,6 +414,10 @@ class Settings:
     hole_timeout_ms: int = 1_000
     frame_cache_bytes: int = 32 << 20
     head_cache_bytes: int = 8 << 20  # each of the two per-topic head maps (engine/heads.py)
+    # A serving process's C allocator (headwater/allocator.py): glibc arenas, and how often
+    # the free memory they keep goes back to the OS.
+    malloc_arena_max: int = 2
+    malloc_trim_ms: int = 60_000
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     # A frame that folds several concurrent requests (group commit) spills above this
     # instead (0: the same threshold); docs/storage.md "Spilled frames".
@@ -491,6 +497,8 @@ class Settings:
             hole_timeout_ms=_int(e, ENV_HOLE_TIMEOUT_MS, 1_000, 50),
             frame_cache_bytes=_int(e, ENV_FRAME_CACHE_BYTES, 32 << 20, 0),
             head_cache_bytes=_int(e, ENV_HEAD_CACHE_BYTES, 8 << 20, 0),
+            malloc_arena_max=_int(e, ENV_MALLOC_ARENA_MAX, 2, 0),
+            malloc_trim_ms=_int(e, ENV_MALLOC_TRIM_MS, 60_000, 0),
             spill_threshold_bytes=_spill(e, ENV_SPILL_BYTES, DEFAULT_SPILL_BYTES),
             group_spill_threshold_bytes=_spill(e, ENV_GROUP_SPILL_BYTES, 0),
             max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from headwater import __version__
+from headwater import __version__, allocator
 from headwater.console import ConsoleRoute
 from headwater.engine.sweeps import SweepPlan
 from headwater.http import api_docs, errors, probes
@@ -64,8 +64,15 @@ def create_app(
         # A serving process (uvicorn: local, or the streaming Lambda behind the Web Adapter)
         # forwards for routers from boot. Mangum runs with lifespan off, so the buffered
         # Lambda never starts this background work.
+        # before the services start their pools' threads: arenas made later obey the cap
+        allocator.limit_arenas(settings.malloc_arena_max)
         svc = lazy.get()
         svc.routers.ensure_running()
+        trimmer = None
+        if settings.malloc_trim_ms > 0:
+            trimmer = asyncio.get_running_loop().create_task(
+                allocator.trim_timer(settings.malloc_trim_ms / 1000)
+            )
         interval_ms = settings.tiering.interval_ms
         sealer = indexer = None
         if interval_ms > 0:
@@ -89,7 +96,7 @@ def create_app(
                 local.timer(interval_ms / 1000, SweepPlan(changes.subscribe(), full_s))
             )
         yield
-        for task in (sealer, indexer):
+        for task in (sealer, indexer, trimmer):
             if task is not None:
                 task.cancel()
         built = lazy.built

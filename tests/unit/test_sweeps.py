@@ -215,3 +215,76 @@ def test_a_topic_whose_upkeep_failed_is_visited_again_next_tick() -> None:
             assert [r.topic for r in reports] == ["t"]  # ...and is visited at once
 
     asyncio.run(scenario())
+
+
+def test_an_idle_queue_whose_floor_stands_inside_a_frame_wants_no_visits() -> None:
+    """A queue's acked prefix leaves the floor inside a frame that still holds a live job:
+    nothing for upkeep to do, yet the frame is listed below the floor on every visit (review
+    of issue 42: the timer visited such a queue every tick, forever)."""
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        async with processes(1, clock) as (p,):
+            await p.engine.put_topic("jobs", {"type": "queue"})
+            await p.engine.append("jobs", req(rec(j=1), rec(j=2)))  # one frame, seqs 1-2
+            claimed = await p.queues.claim("jobs", "w1", 1, 30_000)
+            await p.queues.ack("jobs", "w1", [1], [claimed.jobs[0].lease_id])
+            for _ in range(200):  # the floor moves in the background
+                head = await p.engine.head_of("jobs")
+                if head is not None and head.earliest_seq == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert head is not None and head.earliest_seq == 2
+            plan = SweepPlan(p.engine.changes.subscribe(), full_every_s=300, monotonic=Mono())
+            await asyncio.to_thread(p.upkeep.tick, plan)  # the first, full sweep visits it
+            await asyncio.to_thread(p.upkeep.tick, plan)  # ...and the ack's change
+            calls: Counter[str] = Counter()
+            _count_head_reads(p, calls)
+            # WHEN the timer ticks on, nobody touching the queue
+            for _ in range(5):
+                clock.advance(10_000)
+                assert await asyncio.to_thread(p.upkeep.tick, plan) == []
+            # THEN it reads nothing
+            assert sum(calls.values()) == 0, calls
+            assert plan.pending == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_local_indexer_forgets_what_a_failed_pass_named_once_it_is_visited() -> None:
+    from headwater.index.local import LocalIndexer
+
+    reads: list[str] = []
+    fail = [True]
+
+    class Heads:
+        def get(self, topic: str) -> None:
+            if fail[0]:
+                fail[0] = False
+                raise RuntimeError("storage trouble")
+            reads.append(topic)
+
+        def list_live(self, *args: Any) -> list[Any]:
+            return []
+
+    class Engine:
+        heads = Heads()
+
+        @staticmethod
+        def clock() -> int:
+            return 0
+
+    indexer = LocalIndexer(Engine(), None, None)  # type: ignore[arg-type]
+    changes = ChangedTopics()
+    plan = SweepPlan(changes.subscribe(), full_every_s=300, monotonic=Mono())
+    indexer.tick(plan)  # the first, full sweep
+    changes.note("~ds/a")
+    # WHEN a pass over a changed stream fails
+    with pytest.raises(RuntimeError):
+        indexer.tick(plan)
+    # THEN the next pass reads it again, and the one after reads nothing
+    indexer.tick(plan)
+    assert reads == ["~ds/a"]
+    indexer.tick(plan)
+    indexer.tick(plan)
+    assert reads == ["~ds/a"]

@@ -18,12 +18,16 @@ topic (it sees no writes): docs/operations.md "Background sweeps" gives both cos
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable
 
+from headwater.engine.ports import Head, HeadStore
+
 FULL_SWEEP_S = 300.0  # every live topic at least this often (other processes' writes)
+log = logging.getLogger(__name__)
 
 
 class ChangedTopics:
@@ -59,7 +63,7 @@ class SweepPlan:
 
     def __init__(
         self,
-        changed: Callable[[], set[str]] | None,
+        changed: Callable[[], set[str]],
         full_every_s: float = FULL_SWEEP_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -71,9 +75,9 @@ class SweepPlan:
 
     def next(self, now_ms: int) -> list[str] | None:
         """The topics to visit now, or None for every live topic."""
-        changed = self.changed() if self.changed is not None else set()
+        changed = self.changed()
         now = self.monotonic()
-        if self.changed is None or now - self._last_full >= self.full_every_s:
+        if now - self._last_full >= self.full_every_s:
             self._last_full = now
             self._due.clear()  # the full sweep sees every topic and records what is due
             return None
@@ -96,3 +100,28 @@ class SweepPlan:
     @property
     def pending(self) -> int:
         return len(self._due)
+
+
+def live_heads(heads: HeadStore, topics: Iterable[str]) -> list[Head]:
+    """The heads of those of `topics` that are live, each read strongly."""
+    out = []
+    for topic in topics:
+        head = heads.get(topic)
+        if head is not None and not head.deleted:
+            out.append(head)
+    return out
+
+
+async def run_timer(
+    interval_s: float, tick: Callable[[SweepPlan], object], plan: SweepPlan, what: str
+) -> None:
+    """`tick(plan)` every `interval_s` on a worker thread, for ever (a task to cancel);
+    storage trouble is logged and the next tick tries again."""
+    import asyncio  # not at the top: see engine/__init__.py
+
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await asyncio.to_thread(tick, plan)
+        except Exception:
+            log.warning("%s failed", what, exc_info=True)

@@ -32,7 +32,7 @@ from headwater.engine.retention import is_tiered, merge_runs, over_cap, retentio
 from headwater.engine.scan import FrameScan
 from headwater.engine.sealed import StaleHead
 from headwater.engine.segment import encode_index, encode_segment, object_keys
-from headwater.engine.sweeps import SweepPlan
+from headwater.engine.sweeps import SweepPlan, live_heads
 from headwater.errors import HeadwaterError
 from headwater.names import object_key_component
 from headwater.settings import Tiering
@@ -87,7 +87,6 @@ class Upkeep:
         # Told of each topic a run sealed, evicted or dropped from (the local indexer's and
         # the timers' change feed: engine/sweeps.py); set by the serving process.
         self.on_change: Callable[[str], None] | None = None
-        self.failed: list[str] = []  # topics whose upkeep failed since the last tick
 
     @property
     def tiering(self) -> Tiering:
@@ -123,36 +122,40 @@ class Upkeep:
                 self.on_change(topic)
         return report
 
-    def sweep(self, deadline: float | None = None) -> list[UpkeepReport]:
+    def sweep(
+        self, deadline: float | None = None, failed: list[str] | None = None
+    ) -> list[UpkeepReport]:
         """Upkeep of every live topic (the local timer's full sweeps and the scheduled
-        sealer)."""
+        sealer); the topics whose upkeep failed go to `failed`."""
         reports: list[UpkeepReport] = []
         after: str | None = None
         while deadline is None or time.monotonic() < deadline:
             page = self.log.heads.list_live("", after, 100)
-            if not self._visit(page, deadline, reports):
+            if not self._visit(page, deadline, reports, failed):
                 return reports
             if len(page) < 100:
                 break
             after = page[-1].topic
         return reports
 
-    def sweep_topics(self, topics: list[str]) -> list[UpkeepReport]:
+    def sweep_topics(
+        self, topics: list[str], failed: list[str] | None = None
+    ) -> list[UpkeepReport]:
         """Upkeep of these topics only (the local timer between full sweeps: the topics this
         process changed and those come due, engine/sweeps.py), each head read strongly."""
         reports: list[UpkeepReport] = []
-        heads = []
-        for topic in topics:
-            head = self.log.heads.get(topic)
-            if head is not None and not head.deleted:
-                heads.append(head)
-        self._visit(heads, None, reports)
+        self._visit(live_heads(self.log.heads, topics), None, reports, failed)
         return reports
 
     def _visit(
-        self, heads: list[Head], deadline: float | None, reports: list[UpkeepReport]
+        self,
+        heads: list[Head],
+        deadline: float | None,
+        reports: list[UpkeepReport],
+        failed: list[str] | None,
     ) -> bool:
-        """Run upkeep of the heads that want it; False when the deadline passed."""
+        """Run upkeep of the heads that want it (a failed one is not reported, it goes to
+        `failed`); False when the deadline passed."""
         for head in heads:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
@@ -162,7 +165,8 @@ class Upkeep:
                 reports.append(self.run(head.topic, head))
             except HeadwaterError:
                 log.warning("upkeep of %s failed", head.topic, exc_info=True)
-                self.failed.append(head.topic)  # the timer's next tick visits it again
+                if failed is not None:
+                    failed.append(head.topic)
         return True
 
     def wanted(self, head: Head) -> bool:
@@ -184,29 +188,18 @@ class Upkeep:
         topics = plan.next(self.log.clock())
         if topics is not None and not topics:
             return []
+        failed: list[str] = []
         try:
-            reports = self.sweep() if topics is None else self.sweep_topics(topics)
+            reports = (
+                self.sweep(failed=failed) if topics is None else self.sweep_topics(topics, failed)
+            )
         except Exception:
             plan.failed(topics)
             raise
         due = {r.topic: r.due_ms for r in reports if r.due_ms is not None}
-        failed, self.failed = self.failed, []
         due.update((t, 0) for t in failed)  # due at once: visited again next tick
         plan.visited(topics or (), due)
         return reports
-
-    async def timer(self, interval_s: float, plan: SweepPlan | None = None) -> None:
-        """The in-process sealer: a sweep every interval, on a worker thread; with a plan,
-        of every topic only every plan.full_every_s, else of the topics it names."""
-        import asyncio  # not at the top: see engine/__init__.py
-
-        plan = plan or SweepPlan(None)
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await asyncio.to_thread(self.tick, plan)
-            except Exception:  # storage trouble: the next sweep tries again
-                log.warning("upkeep sweep failed", exc_info=True)
 
     # --- retention ----------------------------------------------------------------------
     def _units(self, head: Head) -> Iterator[_Unit]:
@@ -362,8 +355,12 @@ class Upkeep:
         # Every frame below the floor is dropped or left to its TTL: trimmed, so the next
         # run does not find them again (a topic whose every record was deleted has nothing
         # to seal, and its trim would never move past them).
-        complete = below and len(below) < 1000 and is_tiered(head)
-        if below and not complete:
+        # A listing cut at 1,000 frames goes on next run. One that was not cut holds at most
+        # the frame the floor stands in (still live) once the rest are dropped: that is no
+        # work left (a queue's acked prefix would have had it visited every tick).
+        cut = len(below) >= 1000
+        complete = below and not cut and is_tiered(head)
+        if cut:
             report.due(self.log.clock())
         if complete and self.log.tail.set_trimmed(head, floor):
             report.trimmed_through = floor

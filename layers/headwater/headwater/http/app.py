@@ -14,7 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from headwater import __version__, allocator
 from headwater.console import ConsoleRoute
-from headwater.engine.sweeps import SweepPlan
+from headwater.engine.sweeps import SweepPlan, run_timer
 from headwater.http import api_docs, errors, probes
 from headwater.http.auth import KeyStore
 from headwater.http.aviso import RequestIdMiddleware
@@ -84,7 +84,12 @@ def create_app(
             svc.upkeep.on_change = changes.note
             full_s = settings.tiering.full_sweep_ms / 1000
             sealer = loop.create_task(
-                svc.upkeep.timer(interval_ms / 1000, SweepPlan(changes.subscribe(), full_s))
+                run_timer(
+                    interval_ms / 1000,
+                    svc.upkeep.tick,
+                    SweepPlan(changes.subscribe(), full_s),
+                    "upkeep sweep",
+                )
             )
             # the same per-segment index build as the Glue job (headwater/index/local.py)
             local = LocalIndexer(
@@ -93,7 +98,12 @@ def create_app(
                 svc.index_catalogue,
             )
             indexer = loop.create_task(
-                local.timer(interval_ms / 1000, SweepPlan(changes.subscribe(), full_s))
+                run_timer(
+                    interval_ms / 1000,
+                    local.tick,
+                    SweepPlan(changes.subscribe(), full_s),
+                    "index sweep",
+                )
             )
         yield
         for task in (sealer, indexer, trimmer):

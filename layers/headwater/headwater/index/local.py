@@ -9,7 +9,6 @@ On AWS the scheduled Glue job is the indexer; the buffered Lambda never starts t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -18,7 +17,7 @@ from headwater.durable.state import TOPIC_PREFIX, state_of
 from headwater.engine.log import LogEngine
 from headwater.engine.ports import Head
 from headwater.engine.ports.catalogue import IndexCatalogueStore
-from headwater.engine.sweeps import SweepPlan
+from headwater.engine.sweeps import SweepPlan, live_heads
 from headwater.errors import HeadwaterError
 from headwater.index.build import Progress, SegmentLister, index_stream
 
@@ -56,14 +55,8 @@ class LocalIndexer:
     def sweep_topics(self, topics: list[str]) -> dict[str, Progress]:
         """The same pass over these streams only (those this process changed: engine/sweeps.py)."""
         out: dict[str, Progress] = {}
-        heads = []
-        for topic in topics:
-            if not topic.startswith(TOPIC_PREFIX):
-                continue
-            head = self.engine.heads.get(topic)
-            if head is not None and not head.deleted:
-                heads.append(head)
-        self._visit(heads, out)
+        streams = [t for t in topics if t.startswith(TOPIC_PREFIX)]
+        self._visit(live_heads(self.engine.heads, streams), out)
         return out
 
     def _visit(self, heads: list[Head], out: dict[str, Progress]) -> None:
@@ -99,21 +92,13 @@ class LocalIndexer:
         topics = plan.next(self.engine.clock())
         try:
             if topics is None:
-                return self.sweep()
-            if topics or self.behind:
-                return self.sweep_topics(sorted({*topics, *self.behind}))
-            return {}
+                out = self.sweep()
+            elif topics or self.behind:
+                out = self.sweep_topics(sorted({*topics, *self.behind}))
+            else:
+                return {}
         except Exception:
             plan.failed(topics)
             raise
-
-    async def timer(self, interval_s: float, plan: SweepPlan | None = None) -> None:
-        """A pass every interval; with a plan, over every stream only every
-        plan.full_every_s, else over those it names and those a pass left behind."""
-        plan = plan or SweepPlan(None)
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await asyncio.to_thread(self.tick, plan)
-            except Exception:  # storage trouble: the next sweep tries again
-                log.warning("index sweep failed", exc_info=True)
+        plan.visited(topics or (), {})  # those a failed pass named are done with too
+        return out

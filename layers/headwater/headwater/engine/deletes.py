@@ -171,24 +171,30 @@ class RecordDeletes:
             if not ok:
                 return None if i == 0 else (sum(len(d.seqs) for _, d in deletes[:i]), cur)
             cur = after_delete(cur, c_n, c_b, None)
-        new_es = self.scan.first_live(cur, cur.earliest_seq)
-        if new_es != cur.earliest_seq:
-            void_n, void_b = passed(
-                cur, new_es, *self.scan.voids_between(cur, cur.earliest_seq, new_es)
-            )
-            while not self._move_floor(cur, new_es, void_n, void_b):
-                fresh_head = c.heads.get(cur.topic)
-                if fresh_head is None or fresh_head.deleted:
-                    break
-                cur = fresh_head
-                new_es = self.scan.first_live(cur, cur.earliest_seq)
-                void_n, void_b = passed(
-                    cur, new_es, *self.scan.voids_between(cur, cur.earliest_seq, new_es)
-                )
-            cur = dataclasses.replace(
-                after_delete(cur, void_n, void_b, new_es), del_ver=cur.del_ver + 1
-            )
-        return count, cur
+        return count, self._raise_floor(cur, MAX_ATTEMPTS) or cur
+
+    def _raise_floor(self, head: Head, attempts: int) -> Head | None:
+        """Move the floor past the deleted prefix at it and the holes in it (taken out of the
+        counters: a hole's seqs count until something passes it), re-reading the head when
+        a concurrent delete wins, at most `attempts` times. The head after; None when the
+        topic is gone."""
+        c = self.core
+        for _ in range(attempts):
+            try:
+                new_es = self.scan.first_live(head, head.earliest_seq)
+                if new_es == head.earliest_seq:
+                    return head
+                voids = self.scan.voids_between(head, head.earliest_seq, new_es)
+                gone_n, gone_b = passed(head, new_es, *voids)
+                if self._move_floor(head, new_es, gone_n, gone_b):
+                    return after_delete(head, gone_n, gone_b, new_es)
+            except StaleHead:
+                pass
+            fresh = c.heads.get(head.topic)
+            if fresh is None or fresh.deleted:
+                return None
+            head = fresh
+        return head
 
     def _sealed_marks(self, head: Head, seqs: list[int]) -> list[tuple[bool, FrameDelete]]:
         """Delete marks for sealed seqs, one per segment (sizes read from their blocks)."""
@@ -226,25 +232,13 @@ class RecordDeletes:
 
     def advance_floor(self, topic: str) -> None:
         """Move earliest_seq past a deleted prefix (records deleted one by one, e.g. queue
-        acks), taking the holes in it out of the counters as _marked does (a hole's seqs
-        count until something passes it). A concurrent delete that wins is read again, a
-        few times: the last acks of a drained queue have no later call to catch up."""
+        acks) and the holes in it. A few tries: the last acks of a drained queue have no
+        later call to catch up."""
         c = self.core
-        for _ in range(FLOOR_ATTEMPTS):
-            head = c.heads.get(topic)
-            if head is None or head.deleted:
-                return
-            try:
-                floor = self.scan.first_live(head, head.earliest_seq)
-                if floor <= head.earliest_seq:
-                    return
-                voids = self.scan.voids_between(head, head.earliest_seq, floor)
-            except StaleHead:
-                c.forget_head(topic)
-                continue
-            if self._move_floor(head, floor, *passed(head, floor, *voids)):
-                c.forget_head(topic)
-                return
+        head = c.heads.get(topic)
+        if head is None or head.deleted:
+            return
+        if self._raise_floor(head, FLOOR_ATTEMPTS) is not head:
             c.forget_head(topic)
 
     def complete_tag_index(self, head: Head) -> None:

@@ -918,8 +918,14 @@ async def _ranked_pass(
         if lo > 0:
             await rank(0, lo, "desc")
             lo = max(b for _, b in cov.missing) if cov.timed_out else 0
+    # A segment the families answer is taken whole: one that straddles a bound of this
+    # request's passes has entries outside them (examined by a request before this one, or
+    # left to the next), and one that holds the whole range examined before (sealed since)
+    # is handed over by both passes. Each entry counts once, in the request that examines it.
+    seen: set[int] = set()
     for seq_, score, cols in ranking.found if ranking is not None else ():
-        if not done_lo < seq_ <= done_hi:  # a segment cut before: its rest only counts
+        if lo < seq_ <= hi and not done_lo < seq_ <= done_hi and seq_ not in seen:
+            seen.add(seq_)
             keep(_Hit(_ranked_key(sorts, seq_, score, cols), None, score, seq_))
     hits.sort(key=cmp)
     del hits[req.size + 1 :]

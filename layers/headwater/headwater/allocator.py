@@ -19,6 +19,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
+import os
 import sys
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,15 @@ def _glibc() -> ctypes.CDLL | None:
             except OSError:
                 _libc = None
     return _libc
+
+
+def rss_bytes() -> int | None:
+    """This process's resident memory now (Linux /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def limit_arenas(n: int) -> bool:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from headwater import allocator
 from headwater.durable import profiles
 from headwater.durable.offsets import encode_offset
 from headwater.durable.search import Coverage, Deadline, SearchError, monotonic, scan
@@ -367,21 +368,13 @@ def etag(head: Head, body: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- server
-def _rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _limit_mb() -> int | None:
     raw = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
     return int(raw) if raw and raw.isdigit() else None
 
 
 def mem(counts: Mapping[str, int], cache_bytes: int, cache_budget: int) -> dict[str, Any]:
-    rss = _rss_bytes()
+    rss = allocator.rss_bytes()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     return {
         "ts": int(time.time() * 1000),

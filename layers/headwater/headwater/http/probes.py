@@ -7,7 +7,6 @@ version=1.0.0` the 1.0.0 text format, anything else the Prometheus text format 0
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from headwater import __version__
+from headwater import __version__, allocator
 from headwater.engine.ports import Head
 from headwater.engine.quotas import WATCH_SESSIONS
 from headwater.errors import HeadwaterError, NotReady
@@ -189,27 +188,17 @@ def memory_gauges(svc: Services) -> dict[str, float]:
     """What this process's budgeted caches and buffers hold, and their budgets."""
     from headwater.http.sse import Outbox
 
-    out: dict[str, float] = {"headwater_memory_rss_bytes": _rss_bytes()}
+    out: dict[str, float] = {"headwater_memory_rss_bytes": allocator.rss_bytes() or 0}
     for pool, (held, budget) in svc.engine.memory().items():
         out[f"headwater_memory_{pool}_bytes"] = held
         out[f"headwater_memory_{pool}_budget_bytes"] = budget
     return {
         **out,
-        "headwater_memory_stream_buffers_bytes": max(0, Outbox.total_bytes),
+        "headwater_memory_stream_buffers_bytes": Outbox.total_bytes(),
         "headwater_memory_stream_buffers_budget_bytes": (
             svc.limits.streams * svc.settings.caps.stream_buffer_bytes
         ),
     }
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # peak, on macOS
 
 
 async def _snapshot(svc: Services, principal: Principal) -> _Scrape:

@@ -27,9 +27,10 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -69,8 +70,8 @@ class Outbox(Generic[T]):
     awaits `room()` before it builds its next item holds at most `max_bytes` with the box,
     its items being at most half of it (issue 42: a stalled stream held three events)."""
 
-    # What every outbox of this process holds (the memory gauges: http/probes.py).
-    total_bytes = 0
+    # Every open outbox of this process, for the memory gauges (http/probes.py)
+    _open: ClassVar[weakref.WeakSet[Outbox[Any]]] = weakref.WeakSet()
 
     def __init__(self, max_frames: int, max_bytes: int) -> None:
         self.max_frames = max(1, max_frames)
@@ -79,9 +80,12 @@ class Outbox(Generic[T]):
         self.bytes = 0
         self._room = asyncio.Event()
         self._ready = asyncio.Event()
+        Outbox._open.add(self)
 
-    def __del__(self) -> None:
-        Outbox.total_bytes -= self.bytes
+    @classmethod
+    def total_bytes(cls) -> int:
+        """What every open outbox of this process holds."""
+        return sum(box.bytes for box in list(cls._open))
 
     def full(self) -> bool:
         return len(self.items) >= self.max_frames or self.bytes >= self.max_bytes
@@ -100,7 +104,6 @@ class Outbox(Generic[T]):
             await self._room.wait()
         self.items.append((item, size))
         self.bytes += size
-        Outbox.total_bytes += size
         self._ready.set()
 
     async def room(self) -> None:
@@ -115,7 +118,6 @@ class Outbox(Generic[T]):
     def get_nowait(self) -> T:
         item, size = self.items.popleft()
         self.bytes -= size
-        Outbox.total_bytes -= size
         self._room.set()
         return item
 

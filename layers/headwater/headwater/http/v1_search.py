@@ -214,8 +214,7 @@ async def _conditional(request: Request, svc: Services, name: str, sub: str) -> 
 # --------------------------------------------------------------------------- server
 def server_details(svc: Services) -> dict[str, Any]:
     s = svc.settings
-    cache = getattr(svc.streams.engine, "cache", None)
-    cache_bytes = int(getattr(cache, "_bytes", 0))
+    cache_bytes = svc.streams.engine.cache.bytes
     mem_mb = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
     mem = inspect.mem(_counts(svc), cache_bytes, s.frame_cache_bytes)
     return {
@@ -284,7 +283,4 @@ def _counts(svc: Services) -> dict[str, int]:
 
 
 def server_mem(svc: Services) -> dict[str, Any]:
-    cache = getattr(svc.streams.engine, "cache", None)
-    return inspect.mem(
-        _counts(svc), int(getattr(cache, "_bytes", 0)), svc.settings.frame_cache_bytes
-    )
+    return inspect.mem(_counts(svc), svc.streams.engine.cache.bytes, svc.settings.frame_cache_bytes)

@@ -3,9 +3,11 @@
     python -m bench.bench_soak [--minutes 30] [--quick] [--idle-sse 1000] [--stalled 200]
                                [--trace N]
 
-Processes: the emulator (moto), the app served by uvicorn from bench/server.py (as
-`make run`; AWS calls counted there), the idle and stalled SSE clients in one spawned
-process (plain sockets), and the load in this process (bench_v0's raw HTTP/1.1 client).
+Processes: the emulator (moto; --backend ddblocal puts DynamoDB on DynamoDB Local, which
+does not slow down as its tables grow as moto does), the app served by uvicorn from
+bench/server.py (as `make run`; AWS calls counted there), the idle and stalled SSE clients
+in one spawned process (plain sockets), and the load in this process (bench_v0's raw
+HTTP/1.1 client).
 
 Steps, on fresh tables and a fresh server process:
 1. idle connections: --idle-sse SSE streams that read everything but get nothing (half
@@ -85,6 +87,8 @@ class Params:
     stalled_s: float = 20.0
     sample_s: float = 10.0
     trace: int = 0
+    backend: str = "moto"  # DynamoDB on moto, or on DynamoDB Local ("ddblocal"; S3 on moto)
+    env: tuple[tuple[str, str], ...] = ()  # extra server settings (--env K=V)
 
 
 @dataclass
@@ -335,9 +339,14 @@ def _per_minute(load: Load, samples: list[dict[str, Any]]) -> list[dict[str, Any
                     / max(b["t_s"] - a["t_s"], 1e-9),
                     2,
                 )
+        emulators = [n for n in (inside[-1]["rss_kb"] if inside else {}) if n != "server"]
+        if f"{emulators[0] if emulators else ''}_cpu_ms_per_append" in row:
+            row["emulator_cpu_ms_per_append"] = round(
+                sum(row[f"{n}_cpu_ms_per_append"] for n in emulators), 2
+            )
         if inside:
             row["server_rss_mb"] = round(inside[-1]["rss_kb"]["server"] / KB, 1)
-            row["emulator_rss_mb"] = round(inside[-1]["rss_kb"]["moto"] / KB, 1)
+            row["emulator_rss_mb"] = round(sum(inside[-1]["rss_kb"][n] for n in emulators) / KB, 1)
         rows.append(row)
     return rows
 
@@ -348,14 +357,15 @@ def _at(samples: list[dict[str, Any]], t_s: float) -> dict[str, Any]:
 
 def run(p: Params, out_path: Path, argv: list[str] | None) -> dict[str, Any]:
     machine = machine_info()
-    emu = Emulators("moto")
+    emu = Emulators(p.backend)
     ctx = mp.get_context("spawn")
+    server_env = dict(p.env)
     if p.trace:
-        os.environ["HEADWATER_BENCH_TRACEMALLOC"] = str(p.trace)
+        server_env["HEADWATER_BENCH_TRACEMALLOC"] = str(p.trace)
     stream_budget = int(os.environ.get("HEADWATER_STREAM_BUFFER_BYTES", 64 * KB))
     socket_budget = int(os.environ.get("HEADWATER_SOCKET_BUFFER_BYTES", 64 * KB))
     try:
-        with fresh_servers(emu, ["server"]) as servers:
+        with fresh_servers(emu, ["server"], server_env) as servers:
             srv = servers["server"]
             base = srv.url
             pids = {"server": srv.pid, **emu.pids()}
@@ -567,15 +577,16 @@ def _report(
     full = [r for r in rows if r["minute"] <= max(1, math.ceil(p.minutes))]
     total_appends = sum(r["appends"] + r["ds_appends"] for r in full)
     print(
-        "\nminute  appends  p50 ms  p99 ms  errors  server ms/append  moto ms/append  "
-        "server RSS MB  moto RSS MB"
+        f"\nminute  appends  p50 ms  p99 ms  errors  server ms/append  emulator ms/append  "
+        f"server RSS MB  emulator RSS MB ({p.backend})"
     )
     for r in full:
         print(
             f"{r['minute']:>6}  {r['appends']:>7}  {r['append_p50_ms'] or 0:>6}  "
             f"{r['append_p99_ms'] or 0:>6}  {r['errors']:>6}  "
-            f"{r.get('server_cpu_ms_per_append', 0):>16}  {r.get('moto_cpu_ms_per_append', 0):>14}"
-            f"  {r.get('server_rss_mb', 0):>13}  {r.get('emulator_rss_mb', 0):>11}"
+            f"{r.get('server_cpu_ms_per_append', 0):>16}  "
+            f"{r.get('emulator_cpu_ms_per_append', 0):>18}"
+            f"  {r.get('server_rss_mb', 0):>13}  {r.get('emulator_rss_mb', 0):>15}"
         )
     five = min(5 * 60.0, p.minutes * 60 / 2)
     rss_5 = _at(samples, five)["rss_kb"]["server"]
@@ -588,12 +599,35 @@ def _report(
         if second and last and second["append_p99_ms"] and last["append_p99_ms"]
         else None
     )
+    # The frame cache fills to its budget over minutes at this load (it is bounded, not a
+    # leak): RSS growth from when it is full tells a leak from a budget being filled.
+    full_at = next(
+        (
+            x["t_s"]
+            for x in samples
+            if x.get("gauges", {}).get("headwater_memory_frame_cache_bytes", 0)
+            >= 0.95 * x.get("gauges", {}).get("headwater_memory_frame_cache_budget_bytes", 1 << 60)
+        ),
+        None,
+    )
+    rss_full = _at(samples, max(five, full_at))["rss_kb"]["server"] if full_at else None
+    growth_full = (rss_end - rss_full) / rss_full if rss_full else None
+    emu_ratio = (
+        last["emulator_cpu_ms_per_append"] / second["emulator_cpu_ms_per_append"]
+        if second
+        and last
+        and second.get("emulator_cpu_ms_per_append")
+        and last.get("emulator_cpu_ms_per_append")
+        else None
+    )
     ops = max(total_appends, 1)
     server_cpu = samples[-1]["cpu_s"]["server"] - samples[0]["cpu_s"]["server"]
     cost = cost_per_op(calls, ops)
     verdict = {
         "rss_growth_after_minute_5": growth,
         "rss_growth_met": growth <= GROWTH_TARGET,
+        "frame_cache_full_at_s": full_at,
+        "rss_growth_after_frame_cache_full": growth_full,
         "idle_kb_per_connection": idle["kb_per_connection"],
         "idle_met": idle["kb_per_connection"] <= IDLE_TARGET_KB,
         "stalled_kb_per_connection": stall.get("kb_per_connection"),
@@ -604,6 +638,8 @@ def _report(
         ),
         "p99_last_to_second_minute": p99_ratio,
         "p99_met": p99_ratio is not None and p99_ratio <= P99_RATIO_TARGET,
+        # the emulator's own slowing over the run (its CPU per append, last/second minute)
+        "emulator_cpu_last_to_second_minute": emu_ratio,
     }
     print(
         f"\nRSS {rss_5 / KB:.1f} MB at {five / 60:g} min -> {rss_end / KB:.1f} MB at the end "
@@ -613,6 +649,13 @@ def _report(
         f"append p99 last/second minute {p99_ratio if p99_ratio is None else round(p99_ratio, 2)}"
         f" (<= {P99_RATIO_TARGET})"
     )
+    if full_at is not None and growth_full is not None:
+        print(
+            f"the frame cache reached its budget at {full_at / 60:.1f} min; RSS from then (or "
+            f"minute 5) to the end {growth_full:+.1%}"
+        )
+    if emu_ratio is not None:
+        print(f"emulator CPU per append, last/second minute: {emu_ratio:.2f}")
     print(
         f"server CPU {server_cpu * 1000 / ops:.2f} ms per append; AWS per append: "
         + ", ".join(f"{api} {v['calls']:.2f}" for api, v in per_op_calls(calls, ops).items())
@@ -653,8 +696,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--stalled-s", type=float, default=20.0, help="seconds stalled (20)")
     ap.add_argument("--sample-s", type=float, default=None, help="sampling interval (10 s)")
     ap.add_argument("--trace", type=int, default=0, help="tracemalloc frames (0: off)")
+    ap.add_argument(
+        "--backend",
+        choices=("moto", "ddblocal"),
+        default="moto",
+        help="DynamoDB on moto (as make run) or DynamoDB Local, which does not slow down as "
+        "its tables grow (S3 stays on moto)",
+    )
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a setting for the server (e.g. HEADWATER_FRAME_CACHE_BYTES=8388608); repeatable",
+    )
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/...)")
     args = ap.parse_args(argv)
+    env = tuple(tuple(kv.split("=", 1)) for kv in args.env)
+    if any(len(kv) != 2 or not kv[0] for kv in env):
+        ap.error("--env takes K=V")
     q = args.quick
     p = Params(
         minutes=args.minutes or (2.0 if q else 30.0),
@@ -663,6 +723,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         stalled_s=args.stalled_s if not q else min(args.stalled_s, 8.0),
         sample_s=args.sample_s or (5.0 if q else 10.0),
         trace=args.trace,
+        backend=args.backend,
+        env=env,  # type: ignore[arg-type]
     )
     return run(p, Path(args.out or RESULTS / "latest-soak.json"), argv)
 

@@ -66,6 +66,27 @@ def test_the_frame_cache_accounts_what_its_frames_hold(
     assert 0.9 <= cache.bytes / measured <= 1.1, (cache.bytes, measured)
 
 
+@pytest.mark.parametrize("size", [20, 1000, 20_000])
+def test_appended_records_the_cache_keeps_hold_what_it_counts(size: int) -> None:
+    """The frames an append caches are built from the request's parse (jsoncodec), not
+    decoded from storage: orjson's unshrunk output buffers made a 1 KB record hold ~8 KB
+    there (issue 42's soak: RSS grew ~8x what the frame cache counted)."""
+    from headwater.engine.records import stored
+    from headwater.http.v0_parse import parse_append
+    from headwater.settings import Limits
+
+    def fill(cache: FrameCache) -> None:
+        for k in range(300):
+            body = {"records": [{"data": {"i": k, "pad": "x" * size}}]}
+            rec = parse_append(body, Limits(), None, "t").records[0]
+            one = stored(rec, k + 1, T0 + k)
+            frame = Frame(k + 1, k + 1, T0 + k, [one], payload_bytes=one.size)
+            cache.put("t#1", frame, 0)
+
+    cache, measured = _measured(lambda: FrameCache(1 << 40), fill)
+    assert 0.75 <= cache.bytes / measured <= 1.25, (cache.bytes, measured)
+
+
 def test_the_frame_cache_never_holds_more_than_its_budget() -> None:
     budget = 2 << 20
     cache = FrameCache(budget)

@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import orjson
 
+from headwater import jsoncodec
 from headwater.engine.log import LogEngine
 from headwater.engine.ports import Head
 from headwater.engine.records import NewRecord
@@ -131,7 +132,7 @@ class TreeIndex:
             "files": {p: [d.hex(), n] for p, (d, n) in sorted(self.files.items())},
             "uses": dict(sorted(uses.items())),
         }
-        return orjson.dumps(body)
+        return jsoncodec.exact(orjson.dumps(body))
 
     @classmethod
     def from_json(cls, raw: bytes) -> TreeIndex:
@@ -483,7 +484,7 @@ def _version_record(index: TreeIndex) -> NewRecord:
         "files": len(index.files),
         "bytes": sum(n for _, n in index.files.values()),
     }
-    raw = orjson.dumps(body)
+    raw = jsoncodec.exact(orjson.dumps(body))
     return NewRecord(data=None, meta=None, size=len(raw) + 16, data_raw=raw)
 
 

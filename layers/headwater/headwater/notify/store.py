@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from headwater import jsoncodec
 from headwater.engine.log import LogEngine
 from headwater.engine.ports import Head
 from headwater.engine.records import NewRecord, StoredRecord
@@ -63,7 +64,7 @@ class Batch:
 def _record(topic: str, identifier: Mapping[str, str], payload_raw: bytes | None) -> NewRecord:
     data = payload_raw if payload_raw is not None else NULL
     meta = {"t": topic, "i": dict(identifier)}
-    meta_raw = orjson.dumps(meta)
+    meta_raw = jsoncodec.exact(orjson.dumps(meta))
     return NewRecord(
         data=None, meta=meta, size=len(data) + len(meta_raw) + 16, data_raw=data, meta_raw=meta_raw
     )

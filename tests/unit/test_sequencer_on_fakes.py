@@ -302,3 +302,56 @@ def test_a_saturated_topic_answers_429_to_requests_that_take_backpressure() -> N
             assert datas(await p.history(TOPIC)) == [{"x": 2}]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("reader", ["diff long-poll", "wait_change"])
+def test_a_live_reader_leaves_storage_alone_while_its_process_commits(reader: str) -> None:
+    """A long-poll parked on a topic and an append from the same process: the append's
+    commit (a reservation, then its frame) wakes the reader, so the reader does not poll the
+    head meanwhile, only to find the reserved seqs and wait on them (bench_durable's round
+    trip made a head read more per append once an append was two calls)."""
+
+    import dataclasses
+
+    from tests.fakes.processes import SETTINGS
+
+    # a hole timeout longer than the commit (the fakes' 50 ms would let readers poll)
+    settings = dataclasses.replace(SETTINGS, hole_timeout_ms=2_000)
+
+    async def scenario() -> None:
+        async with processes(1, ManualClock(), settings=settings) as (p,):
+            await p.engine.append(TOPIC, req(rec(x=1)))
+            head = await p.engine.head_of(TOPIC)
+            assert head is not None
+            heads = p.engine.core.heads
+            real_reserve, real_get = heads.reserve, heads.get
+            polls: list[bool] = []
+
+            def slow_reserve(*a: object, **k: object) -> object:
+                time.sleep(0.2)  # a commit that spans several of the reader's polls
+                return real_reserve(*a, **k)
+
+            def counted_get(topic: str, consistent: bool = True) -> object:
+                if not consistent:
+                    polls.append(True)
+                return real_get(topic, consistent=consistent)
+
+            heads.reserve = slow_reserve  # type: ignore[method-assign]
+            heads.get = counted_get  # type: ignore[method-assign]
+            if reader == "wait_change":
+                waiting = asyncio.ensure_future(p.engine.wait_change(TOPIC, head, 5.0))
+            else:
+                waiting = asyncio.ensure_future(
+                    p.engine.diff(TOPIC, DiffRequest(from_seq=1, limit=10, wait_ms=5000))
+                )
+            await asyncio.sleep(0.01)
+            await p.engine.append(TOPIC, req(rec(x=2)))
+            got = await asyncio.wait_for(waiting, 5)
+            # THEN the reader got the record (or the moved head) and never polled storage
+            if reader == "wait_change":
+                assert got is not None and got.head_seq == 2
+            else:
+                assert [r.seq for r in await p.history(TOPIC)][-1] == 2 and got.records
+            assert polls == []
+
+    asyncio.run(scenario())

@@ -152,9 +152,13 @@ class Appender:
                 p = writer.queue.popleft()
                 group.append(p)
                 total += p.n
+            # Live readers of this process leave storage alone while it lasts: this commit
+            # wakes them (engine/reads.py, DiffReader.committing)
+            self.core.committing[topic] = time.monotonic()
             try:
                 results = await self.core.io(self.commit_group, topic, [p.req for p in group])
             except BaseException as exc:  # every waiter learns of the failure
+                self.core.committing.pop(topic, None)
                 self.core.head_cache.pop(topic, None)  # the commit's outcome may be unknown
                 for p in group:
                     if not p.future.done():
@@ -162,6 +166,7 @@ class Appender:
                 if not isinstance(exc, Exception):
                     raise
                 continue
+            self.core.committing.pop(topic, None)
             for p, r in zip(group, results, strict=True):
                 if p.future.done():
                     continue

@@ -106,6 +106,8 @@ class LogCore:
         # The head this process last committed or saw per topic: an append's starting point
         # (its conditional write proves it current) and the upkeep trigger's input.
         self.head_cache = HeadCache(HEAD_CACHE_MAX_AGE_S, settings.head_cache_bytes)
+        # topic -> when an append of this process began its commit (engine/append.py)
+        self.committing: dict[str, float] = {}
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="headwater-io")
         # Background writes (watch cursor saves, upkeep, purges) run apart, so they never
         # queue reads.

@@ -51,6 +51,9 @@ class DiffReader:
             if remaining <= 0:
                 return result
             woke = await c.notifier.wait(topic, min(poll, remaining))
+            if not woke and self.committing(topic):
+                poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
+                continue  # ours holds the next seqs, and its commit wakes us
             if not woke:
                 # Another process may have appended: a cheap eventually consistent head read.
                 head = await c.io(partial(c.heads.get, topic, consistent=False))
@@ -64,6 +67,18 @@ class DiffReader:
             if result.records or not result.caught_up:
                 return result
             start = result.next_from_seq
+
+    def committing(self, topic: str) -> bool:
+        """Whether an append of this process to `topic` is committing (for less than the
+        hole timeout). A live reader's poll of storage would then find at best the seqs it
+        reserved and wait on them; its commit wakes the reader instead (a long-poll round
+        trip on one server made a head read more per append once an append was two calls).
+        Past the hole timeout readers poll, and fill the slot, as for any writer."""
+        since = self.core.committing.get(topic)
+        return (
+            since is not None
+            and time.monotonic() - since < self.core.settings.hole_timeout_ms / 1000
+        )
 
     def _ours_past(self, topic: str, epoch: int, seq: int) -> Head | None:
         """This process's last committed head of `topic`, when it is past `seq` in `epoch`.
@@ -206,6 +221,9 @@ class DiffReader:
             if remaining <= 0:
                 return None
             woke = await c.notifier.wait(topic, min(poll, remaining))
+            if not woke and self.committing(topic):
+                poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
+                continue  # ours holds the next seqs, and its commit wakes us
             head = self._ours_past(topic, seen.epoch, seen.head_seq)
             if head is None:
                 # Not this process's commit (or a delete): read it (eventually consistent

@@ -80,7 +80,9 @@ import httpx
 
 from bench.harness import (
     RemoteCallCounter,
+    cpu_calibration_ms,
     format_table,
+    machine_cpu_seconds,
     machine_info,
     median,
     per_op_calls,
@@ -470,17 +472,22 @@ class Window:
             self.s.counter.reset()
         self.cpu0 = {n: process_cpu_seconds(p) for n, p in self.s.pids.items()}
         self.cpu0["client"] = time.process_time()
+        self.machine0, self.wall0 = machine_cpu_seconds(), time.perf_counter()
 
     def end(self) -> dict[str, Any]:
         cpu = {n: process_cpu_seconds(p) - self.cpu0[n] for n, p in self.s.pids.items()}
         cpu["client"] = time.process_time() - self.cpu0["client"]
         calls = self.s.counter.snapshot() if self.s.counter is not None else None
-        return {"cpu_s": cpu, "calls": calls}
+        wall = time.perf_counter() - self.wall0
+        # the cores something other than the target and this load generator kept busy
+        other = machine_cpu_seconds() - self.machine0 - sum(cpu.values())
+        return {"cpu_s": cpu, "calls": calls, "wall_s": wall, "other_cpu_s": max(0.0, other)}
 
 
 def _window_facts(w: dict[str, Any], ops: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "cpu_ms_per_op": {n: 1000 * v / max(ops, 1) for n, v in w["cpu_s"].items()},
+        "other_cores": round(w["other_cpu_s"] / w["wall_s"], 3) if w.get("wall_s") else None,
     }
     if w["calls"] is not None:
         per = per_op_calls(w["calls"], ops)
@@ -500,12 +507,14 @@ def _merge_windows(ws: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for w in ws:
         for n, v in w["cpu_s"].items():
             cpu[n] = cpu.get(n, 0.0) + v
+    wall = sum(w.get("wall_s", 0.0) for w in ws)
+    other = sum(w.get("other_cpu_s", 0.0) for w in ws)
     calls = None
     if ws and ws[0]["calls"] is not None:
         from bench.harness import merge_snapshots
 
         calls = merge_snapshots([w["calls"] for w in ws])
-    return {"cpu_s": cpu, "calls": calls}
+    return {"cpu_s": cpu, "calls": calls, "wall_s": wall, "other_cpu_s": other}
 
 
 # --- workloads ------------------------------------------------------------------------------
@@ -590,6 +599,9 @@ async def w_latency(cl: Clients, s: Session, p: Params) -> dict[str, Any]:
         "p99_ms": percentile(lat, 99),
         "mean_ms": sum(lat) / ops,
         "append_p50_ms": percentile(append_ms[p.latency_warmup :], 50),
+        # a server still warming up (or a machine whose load changed) shows as halves apart
+        "p50_first_half_ms": percentile(lat[: ops // 2], 50),
+        "p50_second_half_ms": percentile(lat[ops // 2 :], 50),
         "latencies_ms": [round(x, 3) for x in lat],
         **_window_facts(window, ops),
     }
@@ -985,6 +997,18 @@ def render(result: Mapping[str, Any]) -> str:
             "append; catchup: one GET):",
             format_table(["workload", "API", "calls/op", "WRU/op", "RRU/op"], aws),
         ]
+    cond = result.get("conditions")
+    if cond:
+        a, b = cond["start"], cond["end"]
+        lines += [
+            "",
+            f"Conditions: load {a['loadavg_1m']} -> {b['loadavg_1m']}; Python calibration "
+            f"{a['cpu_calibration_ms']} -> {b['cpu_calibration_ms']} ms (published runs "
+            f"{PUBLISHED_CALIBRATION_MS} ms); a fresh server and fresh tables per workload.",
+        ]
+        lines += [f"  !! {w}" for w in cond.get("warnings", [])] or [
+            "  steady: figures comparable with the published ones"
+        ]
     return "\n".join(lines)
 
 
@@ -993,9 +1017,12 @@ def run(
     p: Params, out_path: Path, argv: Sequence[str] | None, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     machine = machine_info()
+    start = conditions()
     log(
         f"bench durable | targets {','.join(p.targets)} | workloads {','.join(p.only)} | "
-        f"{machine['cpu_model']} x{machine['cores']} | load {machine.get('loadavg_1m')}"
+        f"{machine['cpu_model']} x{machine['cores']} | load {start['loadavg_1m']} | "
+        f"python calibration {start['cpu_calibration_ms']} ms (published runs: "
+        f"{PUBLISHED_CALIBRATION_MS} ms)"
     )
     targets: dict[str, Any] = {}
     dead: dict[str, str] = {}
@@ -1070,9 +1097,56 @@ def run(
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
     result["ratios"] = ratios(workloads)
+    result["conditions"] = {"start": start, "end": conditions()}
+    result["conditions"]["warnings"] = condition_warnings(result)
     log("\n" + render(result))
     write_results(out_path, result)
     return result
+
+
+PUBLISHED_CALIBRATION_MS = 20.0  # cpu_calibration_ms of the runs docs/benchmarks.md quotes
+OTHER_CORES_WARN = 0.15  # other work on the machine during a timed window, in cores
+
+
+def conditions() -> dict[str, Any]:
+    """What a run's figures depend on besides the code (docs/benchmarks.md "What the
+    Durable Streams figures depend on"): the machine's load, and how fast it runs Python."""
+    load = None
+    with contextlib.suppress(OSError):
+        load = round(os.getloadavg()[0], 2)
+    return {"loadavg_1m": load, "cpu_calibration_ms": cpu_calibration_ms()}
+
+
+def condition_warnings(result: Mapping[str, Any]) -> list[str]:
+    """Why this run's figures may not compare with the published ones."""
+    out: list[str] = []
+    start, end = result["conditions"]["start"], result["conditions"]["end"]
+    cal = max(start["cpu_calibration_ms"], end["cpu_calibration_ms"])
+    if cal > 1.25 * PUBLISHED_CALIBRATION_MS:
+        out.append(
+            f"this machine ran the calibration loop in {cal} ms against "
+            f"{PUBLISHED_CALIBRATION_MS} ms for the published runs: a slower or shared core; "
+            "ratios to the reference move with it (the reference's time is less Python)"
+        )
+    if abs(end["cpu_calibration_ms"] - start["cpu_calibration_ms"]) > 0.15 * cal:
+        out.append(
+            f"the calibration moved from {start['cpu_calibration_ms']} to "
+            f"{end['cpu_calibration_ms']} ms during the run: the machine's load changed"
+        )
+    for wl, by_target in result["workloads"].items():
+        for t, r in by_target.items():
+            other = r.get("other_cores") if r.get("ok") else None
+            if other is not None and other > OTHER_CORES_WARN:
+                out.append(
+                    f"{wl} @ {t}: other processes kept {other:.2f} cores busy in the timed window"
+                )
+            a, b = r.get("p50_first_half_ms"), r.get("p50_second_half_ms")
+            if a and b and max(a, b) > 1.2 * min(a, b):
+                out.append(
+                    f"{wl} @ {t}: p50 {a:.2f} ms in the first half of the rounds, {b:.2f} ms "
+                    "in the second: not steady (warm-up, or the load changed)"
+                )
+    return out
 
 
 def _ref_version() -> str | None:

@@ -162,6 +162,21 @@ def machine_cpu_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_calibration_ms(rounds: int = 5) -> float:
+    """How fast this machine runs Python now: the best of `rounds` timings of a fixed
+    pure-Python loop (ms; ~20 ms on the AMD EPYC the published figures come from). A figure
+    compares with a published one only when this is close to the published run's: a
+    slower or shared core slows every target, but not by the same factor (bench_durable)."""
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        n = 0
+        for i in range(400_000):
+            n += i % 7
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 2)
+
+
 # --- call counters ------------------------------------------------------------------------
 class CallCounter(Protocol):
     def reset(self) -> None: ...

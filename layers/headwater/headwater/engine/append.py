@@ -158,7 +158,6 @@ class Appender:
             try:
                 results = await self.core.io(self.commit_group, topic, [p.req for p in group])
             except BaseException as exc:  # every waiter learns of the failure
-                self.core.committing.pop(topic, None)
                 self.core.head_cache.pop(topic, None)  # the commit's outcome may be unknown
                 for p in group:
                     if not p.future.done():
@@ -166,7 +165,8 @@ class Appender:
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            self.core.committing.pop(topic, None)
+            finally:
+                self.core.committing.pop(topic, None)
             for p, r in zip(group, results, strict=True):
                 if p.future.done():
                     continue

@@ -7,6 +7,8 @@ appends: 0.80 GetObject and 10.8 ms of server CPU per append, 0.16 and 5.7 after
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -106,5 +108,54 @@ def test_a_seal_takes_this_process_s_spilled_frames_from_its_cache(
                 assert head is not None and head.sealed_through == 6
                 got = await sealer.history(topic)
                 assert [r.data["i"] for r in got] == list(range(6))
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_process_builds_at_most_seal_concurrency_segments_at_once(
+    monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """Under steady load every busy topic reaches its seal threshold at about the same time;
+    each segment is a few MB of records and buffers on a pool thread, and the soak (issue 42)
+    saw four built at once add ~100 MB of RSS for seconds. Topics sealed together take turns
+    (Tiering.seal_concurrency), and each is still sealed."""
+    settings = Settings(
+        tiering=Tiering(inline=False, interval_ms=0, seal_records=1, seal_concurrency=limit)
+    )
+    topics = [f"busy-{i}" for i in range(4)]
+
+    async def scenario() -> None:
+        async with processes(1, ManualClock(), settings=settings) as (p,):
+            # GIVEN four topics with unsealed records
+            for t in topics:
+                for i in range(3):
+                    await p.engine.append(t, AppendRequest([NewRecord(data={"i": i}, size=8)]))
+            in_flight = peak = 0
+            gate = threading.Lock()
+            put = p.stores.blobs.put
+
+            def slow_put(*args: Any, **kwargs: Any) -> Any:
+                nonlocal in_flight, peak
+                with gate:
+                    in_flight += 1
+                    peak = max(peak, in_flight)
+                try:
+                    time.sleep(0.05)  # a segment's PUT takes a while: the others overlap it
+                    return put(*args, **kwargs)
+                finally:
+                    with gate:
+                        in_flight -= 1
+
+            monkeypatch.setattr(p.stores.blobs, "put", slow_put)
+            # WHEN their upkeep runs at once, each on its own thread
+            await asyncio.gather(*(asyncio.to_thread(p.upkeep.run, t) for t in topics))
+            # THEN at most `limit` segments were being written at any moment...
+            assert 1 <= peak <= limit
+            # ...and every topic was sealed in full
+            for t in topics:
+                head = await p.engine.head_of(t)
+                assert head is not None and head.sealed_through == 3
+                assert [r.data["i"] for r in await p.history(t)] == [0, 1, 2]
 
     asyncio.run(scenario())

@@ -39,6 +39,7 @@ ENV_FRAME_CACHE_BYTES = "HEADWATER_FRAME_CACHE_BYTES"
 ENV_HEAD_CACHE_BYTES = "HEADWATER_HEAD_CACHE_BYTES"
 ENV_MALLOC_ARENA_MAX = "HEADWATER_MALLOC_ARENA_MAX"  # a serving process's glibc arenas (0: default)
 ENV_MALLOC_TRIM_MS = "HEADWATER_MALLOC_TRIM_MS"  # malloc_trim every this often (0: never)
+ENV_MALLOC_MMAP_THRESHOLD = "HEADWATER_MALLOC_MMAP_THRESHOLD"  # fixed mmap threshold (0: glibc's)
 ENV_SPILL_BYTES = "HEADWATER_SPILL_THRESHOLD_BYTES"
 ENV_GROUP_SPILL_BYTES = "HEADWATER_GROUP_SPILL_THRESHOLD_BYTES"
 ENV_MAX_WATCH_TOPICS = "TOPICS_MAX_WATCH_TOPICS"
@@ -60,6 +61,7 @@ ENV_SEAL_RECORDS = "HEADWATER_SEAL_RECORDS"
 ENV_SEAL_BYTES = "HEADWATER_SEAL_BYTES"
 ENV_SEAL_AGE_MS = "HEADWATER_SEAL_AGE_MS"
 ENV_SEAL_GRACE_MS = "HEADWATER_SEAL_GRACE_MS"
+ENV_SEAL_CONCURRENCY = "HEADWATER_SEAL_CONCURRENCY"
 ENV_TAIL_TTL_MS = "HEADWATER_TAIL_TTL_MS"
 ENV_SEGMENT_BLOCK_BYTES = "HEADWATER_SEGMENT_BLOCK_BYTES"
 ENV_TIERING_INTERVAL_MS = "HEADWATER_TIERING_INTERVAL_MS"
@@ -213,6 +215,10 @@ class Tiering:
     seal_age_ms: int = 600_000  # ...or the oldest unsealed record is this old
     grace_ms: int = 60_000  # sealed frames stay in DynamoDB this long for in-flight readers
     block_bytes: int = 64 << 10  # segment block size (before compression)
+    # Segments one process builds at once (the others wait): each is a few MB of records
+    # and buffers on a pool thread, and all of a process's busy topics reach their threshold
+    # together under steady load (issue 42's soak: four at once, +100 MB RSS for seconds).
+    seal_concurrency: int = 2
     interval_ms: int = 10_000  # the in-process sweep (0: off; on AWS a schedule runs it)
     # ...which reads every live topic only this often; between, the topics this process
     # changed and those whose time rule came due (engine/sweeps.py)
@@ -418,6 +424,10 @@ class Settings:
     # the free memory they keep goes back to the OS.
     malloc_arena_max: int = 2
     malloc_trim_ms: int = 60_000
+    # >0: every allocation this large or larger gets its own mmap, returned to the OS when
+    # freed (0: glibc's threshold, which rises with each large block freed, up to 32 MiB).
+    # Off by default: in the soak it moved RSS's steps earlier, not lower (docs/benchmarks.md)
+    malloc_mmap_threshold: int = 0
     spill_threshold_bytes: int = DEFAULT_SPILL_BYTES
     # A frame that folds several concurrent requests (group commit) spills above this
     # instead (0: the same threshold); docs/storage.md "Spilled frames".
@@ -499,6 +509,7 @@ class Settings:
             head_cache_bytes=_int(e, ENV_HEAD_CACHE_BYTES, 8 << 20, 0),
             malloc_arena_max=_int(e, ENV_MALLOC_ARENA_MAX, 2, 0),
             malloc_trim_ms=_int(e, ENV_MALLOC_TRIM_MS, 60_000, 0),
+            malloc_mmap_threshold=_int(e, ENV_MALLOC_MMAP_THRESHOLD, 0, 0),
             spill_threshold_bytes=_spill(e, ENV_SPILL_BYTES, DEFAULT_SPILL_BYTES),
             group_spill_threshold_bytes=_spill(e, ENV_GROUP_SPILL_BYTES, 0),
             max_watch_topics=_int(e, ENV_MAX_WATCH_TOPICS, 256, 1),
@@ -517,6 +528,7 @@ class Settings:
                 seal_bytes=_int(e, ENV_SEAL_BYTES, 4 << 20, 1),
                 seal_age_ms=_int(e, ENV_SEAL_AGE_MS, 600_000, 0),
                 grace_ms=_int(e, ENV_SEAL_GRACE_MS, 60_000, 0),
+                seal_concurrency=_int(e, ENV_SEAL_CONCURRENCY, 2, 1),
                 block_bytes=_int(e, ENV_SEGMENT_BLOCK_BYTES, 64 << 10, 256),
                 interval_ms=_int(e, ENV_TIERING_INTERVAL_MS, 10_000, 0),
                 inline=_bool(e, ENV_TIERING_INLINE, True),

@@ -9,6 +9,7 @@ never loads the other parts."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -112,6 +113,8 @@ class LogCore:
         # Background writes (watch cursor saves, upkeep, purges) run apart, so they never
         # queue reads.
         self.bg_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="headwater-bg")
+        # Segments built at once in this process (engine/tiering.py, Upkeep._seal)
+        self.seal_gate = threading.BoundedSemaphore(settings.tiering.seal_concurrency)
 
     def close(self) -> None:
         self.hub.stop()

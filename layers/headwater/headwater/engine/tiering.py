@@ -388,6 +388,17 @@ class Upkeep:
             if oldest and not oldest[0].hole and oldest[0].ts > now - t.seal_age_ms:
                 report.due(oldest[0].ts + t.seal_age_ms)
                 return None
+        # A segment is a few MB of records and buffers: a process builds at most
+        # `seal_concurrency` at once, the other topics' runs wait (settings.Tiering)
+        with self.log.seal_gate:
+            return self._build_segment(head, start, limit, now, report)
+
+    def _build_segment(
+        self, head: Head, start: int, limit: int, now: int, report: UpkeepReport
+    ) -> Head | None:
+        """Read, encode, put and commit one segment from the frames after `start` (through
+        `limit` at most) if a threshold is reached: _seal's result."""
+        t = self.tiering
         cache, log_key, del_ver = self.log.cache, head.log_key, head.del_ver
 
         def known(first: int, last: int) -> list[StoredRecord] | None:

@@ -8,7 +8,11 @@ uvicorn) each hold on to their peak. The soak (bench/bench_soak.py) found ~170 M
 arenas, ~50 MB of it free memory `malloc_trim` gave back, most of it kept after the first
 seals (a segment's encode is a few MB of transient buffers on a pool thread). So a serving
 process caps the arenas (`mallopt(M_ARENA_MAX)`, before its pools start threads: arenas
-made later obey it) and returns free memory every `malloc_trim_ms`.
+made later obey it) and returns free memory every `malloc_trim_ms`. It can also fix the
+mmap threshold (`mallopt(M_MMAP_THRESHOLD)`, `malloc_mmap_threshold`; off by default): glibc's
+own rises to the size of each large block freed, up to 32 MiB, so after a seal the next large
+buffers come from the heap, which gives memory back only from its top. In the soak a fixed
+threshold moved RSS's steps earlier rather than lower, so it stays a knob.
 
 Only on glibc (Linux, as on Lambda); elsewhere both are no-ops. The buffered function (Mangum)
 never calls this: it runs one request at a time and its environment is recycled."""
@@ -24,7 +28,8 @@ import sys
 
 log = logging.getLogger(__name__)
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+M_ARENA_MAX = -8  # glibc's mallopt parameters (malloc.h)
+M_MMAP_THRESHOLD = -3
 _libc: ctypes.CDLL | None = None
 _looked = False
 
@@ -58,6 +63,15 @@ def limit_arenas(n: int) -> bool:
     if n <= 0 or lib is None:
         return False
     return bool(lib.mallopt(M_ARENA_MAX, n))
+
+
+def fix_mmap_threshold(n: int) -> bool:
+    """Serve every allocation of `n` bytes or more from its own mmap (0: leave glibc's
+    dynamic threshold). True when applied."""
+    lib = _glibc()
+    if n <= 0 or lib is None:
+        return False
+    return bool(lib.mallopt(M_MMAP_THRESHOLD, n))
 
 
 def trim() -> bool:

@@ -66,6 +66,7 @@ def create_app(
         # Lambda never starts this background work.
         # before the services start their pools' threads: arenas made later obey the cap
         allocator.limit_arenas(settings.malloc_arena_max)
+        allocator.fix_mmap_threshold(settings.malloc_mmap_threshold)
         svc = lazy.get()
         svc.routers.ensure_running()
         trimmer = None

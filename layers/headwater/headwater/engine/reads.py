@@ -47,17 +47,12 @@ class DiffReader:
         start = result.next_from_seq
         poll = 0.025
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            woke, poll = await self._turn(topic, poll, deadline)
+            if woke is None:
                 return result
-            woke = await c.notifier.wait(topic, min(poll, remaining))
-            if not woke and self.committing(topic):
-                poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
-                continue  # ours holds the next seqs, and its commit wakes us
             if not woke:
                 # Another process may have appended: a cheap eventually consistent head read.
                 head = await c.io(partial(c.heads.get, topic, consistent=False))
-                poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
                 if head is None or head.deleted:
                     raise TopicNotFound(topic)
                 if head.head_seq <= start and self._ours_past(topic, head.epoch, start) is None:
@@ -67,6 +62,22 @@ class DiffReader:
             if result.records or not result.caught_up:
                 return result
             start = result.next_from_seq
+
+    async def _turn(self, topic: str, poll: float, deadline: float) -> tuple[bool | None, float]:
+        """One turn of a live wait on `topic`: (woke, the next poll interval); woke is None
+        once `deadline` has passed. A commit of this process wakes it at once; otherwise
+        the interval doubles up to the poll interval, and a turn without a wake-up while an
+        append of this process commits is waited through rather than polled (`committing`)."""
+        c = self.core
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, poll
+            if await c.notifier.wait(topic, min(poll, remaining)):
+                return True, poll
+            poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
+            if not self.committing(topic):
+                return False, poll
 
     def committing(self, topic: str) -> bool:
         """Whether an append of this process to `topic` is committing (for less than the
@@ -217,13 +228,9 @@ class DiffReader:
         deadline = time.monotonic() + timeout_s
         poll = 0.025
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            woke, poll = await self._turn(topic, poll, deadline)
+            if woke is None:
                 return None
-            woke = await c.notifier.wait(topic, min(poll, remaining))
-            if not woke and self.committing(topic):
-                poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
-                continue  # ours holds the next seqs, and its commit wakes us
             head = self._ours_past(topic, seen.epoch, seen.head_seq)
             if head is None:
                 # Not this process's commit (or a delete): read it (eventually consistent
@@ -233,8 +240,6 @@ class DiffReader:
                 if ours is not None and head is not None and head.epoch == ours.epoch:
                     # a commit of ours landed while we read (its wake-up found no waiter)
                     head = ours if ours.head_seq > head.head_seq else head
-            if not woke:
-                poll = min(poll * 2, c.settings.poll_interval_ms / 1000)
             if (
                 head is None
                 or head.deleted

@@ -70,9 +70,11 @@ DS_STREAM = "soak-ds"
 IDLE_TOPIC = "soak-idle"
 IDLE_STREAMS = 10
 KB = 1024
+MB = 1024 * 1024
 IDLE_TARGET_KB = 64
 GROWTH_TARGET = 0.10
 P99_RATIO_TARGET = 1.2
+ITEM_SIZES = 20_000  # items whose sizes the server's call counter remembers (see run)
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,7 @@ async def _sampler(
         }
         try:
             sample["gauges"] = await asyncio.to_thread(_gauges, base)
+            sample["heap"] = await asyncio.to_thread(_call, base, "GET", "/_bench/heap")
         except OSError as exc:
             sample["gauges_error"] = repr(exc)
         out.append(sample)
@@ -379,6 +382,12 @@ def _floor(samples: list[dict[str, Any]], lo_s: float, hi_s: float) -> int:
     return min(inside) if inside else int(_at(samples, hi_s)["rss_kb"]["server"])
 
 
+def _floor_sample(samples: list[dict[str, Any]], lo_s: float, hi_s: float) -> Any:
+    """The sample with the lowest server RSS in [lo_s, hi_s] (None when there is none)."""
+    inside = [x for x in samples if lo_s <= x["t_s"] <= hi_s]
+    return min(inside, key=lambda x: x["rss_kb"]["server"]) if inside else None
+
+
 def _at(samples: list[dict[str, Any]], t_s: float) -> dict[str, Any]:
     return min(samples, key=lambda s: abs(s["t_s"] - t_s))
 
@@ -387,7 +396,12 @@ def run(p: Params, out_path: Path, argv: list[str] | None) -> dict[str, Any]:
     machine = machine_info()
     emu = Emulators(p.backend)
     ctx = mp.get_context("spawn")
-    server_env = dict(p.env)
+    # The call counter in the server (bench/server.py) remembers the size of each item it
+    # sees, to bill Updates and Deletes: every appended frame is one, so over a soak it is the
+    # process's largest growing structure (~400 B an item: +14 MB in 5 minutes at 80
+    # appends/s). Bounded here, the RSS measured is the server's own; the items it bills
+    # (heads, quotas, producer state) are written all the time and stay in it.
+    server_env = {"HEADWATER_BENCH_ITEM_SIZES": str(ITEM_SIZES), **dict(p.env)}
     if p.trace:
         server_env["HEADWATER_BENCH_TRACEMALLOC"] = str(p.trace)
     stream_budget = int(os.environ.get("HEADWATER_STREAM_BUFFER_BYTES", 64 * KB))
@@ -689,6 +703,25 @@ def _report(
         f"append p99 last/second minute {p99_ratio if p99_ratio is None else round(p99_ratio, 2)}"
         f" (<= {P99_RATIO_TARGET})"
     )
+    heap_rows = [
+        (label, _floor_sample(samples, lo, hi))
+        for label, lo, hi in (
+            (f"minute {five / 60:g}", five - 60, five),
+            ("last minute", samples[-1]["t_s"] - 60, samples[-1]["t_s"]),
+        )
+    ]
+    for label, smp in heap_rows:
+        if smp is not None and (h := smp.get("heap")):
+            g, pm = h.get("glibc", {}), h.get("pymalloc", {})
+            print(
+                f"where the RSS is, {label} floor ({smp['rss_kb']['server'] / KB:.1f} MB): "
+                f"glibc heap {g.get('heap_bytes', 0) / MB:.1f} MB (in use "
+                f"{g.get('in_use_bytes', 0) / MB:.1f}, free {g.get('free_bytes', 0) / MB:.1f}), "
+                f"glibc mmapped {g.get('mmapped_bytes', 0) / MB:.1f} MB, pymalloc arenas "
+                f"{pm.get('arena_bytes', 0) / MB:.1f} MB (blocks in use "
+                f"{pm.get('used_bytes', 0) / MB:.1f}, free {pm.get('free_bytes', 0) / MB:.1f}), "
+                f"threads {h.get('threads')}"
+            )
     if full_at is not None and growth_full is not None:
         print(
             f"the frame cache reached its budget at {full_at / 60:.1f} min; RSS from then (or "

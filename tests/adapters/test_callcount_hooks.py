@@ -158,3 +158,32 @@ def test_updates_and_deletes_are_billed_on_the_item_they_change(counted: None) -
     )
     ddb.delete_item(TableName="l", Key={"pk": {"S": "t#2"}, "sk": {"N": "0"}})
     assert wru("DynamoDB.DeleteItem") == 3 + 1 + 3 and unsized("DynamoDB.DeleteItem") == 1
+
+
+# --- bounded memory: a soak makes millions of calls in the process it measures ------------
+def test_wall_samples_stay_bounded_and_uniform_over_the_whole_run(
+    monkeypatch: pytest.MonkeyPatch, counted: None
+) -> None:
+    monkeypatch.setattr(callcount, "MAX_WALL_SAMPLES", 1_000)
+    # a run whose calls get slower: the first half 1 ms, the second 3 ms
+    for i in range(20_000):
+        callcount._sample_wall("DynamoDB.GetItem", 1.0 if i < 10_000 else 3.0)
+    got = callcount.snapshot()["wall_ms"]["DynamoDB.GetItem"]
+    assert len(got) == 1_000
+    # keeping only the first calls (the old cap) would hold no 3 ms sample at all
+    late = sum(1 for ms in got if ms == 3.0)
+    assert 400 <= late <= 600
+
+
+def test_item_sizes_keep_the_most_recent_within_the_limit(counted: None) -> None:
+    sizes = callcount.Sizes(limit=3)
+
+    def key(n: int) -> dict[str, dict[str, str]]:
+        return {"pk": {"S": f"t#{n}"}}
+
+    for n in range(5):
+        sizes.put("l", key(n), 100 + n)
+    assert [sizes.get("l", key(n)) for n in range(5)] == [None, None, 102, 103, 104]
+    sizes.put("l", key(2), 202)  # written again: the most recent
+    sizes.limit(2)
+    assert [sizes.get("l", key(n)) for n in (2, 3, 4)] == [202, None, 104]

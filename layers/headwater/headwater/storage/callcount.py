@@ -22,6 +22,7 @@ a table's global secondary indexes cost. Nothing here changes a request."""
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from collections.abc import Mapping
@@ -34,8 +35,10 @@ _tables: dict[str, dict[str, float]] = {}
 _CTX_PARAMS = "headwater_callcount_params"
 _CTX_API = "headwater_callcount_api"
 _CTX_T0 = "headwater_callcount_t0"
-_wall: dict[str, list[float]] = {}  # API -> wall ms of each answered call, retries included
-MAX_WALL_SAMPLES = 100_000  # per API; later calls are not sampled
+_wall: dict[str, list[float]] = {}  # API -> wall ms of answered calls, retries included
+_wall_seen: dict[str, int] = {}  # API -> answered calls offered to its sample
+MAX_WALL_SAMPLES = 20_000  # per API: a uniform sample of all calls (reservoir) past this
+_rng = random.Random(0x5EED)
 _FIELDS = ("calls", "errors", "req_bytes", "resp_bytes", "wru", "rru", "items", "unsized")
 _KEY_ATTRS = ("pk", "sk")  # every Headwater table's key attributes (storage/schema.py)
 MAX_SIZES = 1_000_000  # items whose sizes a process remembers (oldest forgotten first)
@@ -76,6 +79,11 @@ class Sizes:
 
     def clear(self) -> None:
         self._sizes.clear()
+
+    def limit(self, n: int) -> None:
+        self._limit = max(1, n)
+        while len(self._sizes) > self._limit:
+            del self._sizes[next(iter(self._sizes))]
 
 
 _sizes = Sizes()
@@ -284,9 +292,7 @@ def _on_after_call(
             _note_read_sizes(model.name, params, parsed or {})
         api = _api(model)
         if wall_ms is not None:
-            samples = _wall.setdefault(api, [])
-            if len(samples) < MAX_WALL_SAMPLES:
-                samples.append(wall_ms)
+            _sample_wall(api, wall_ms)
         e = _entry(api)
         e["resp_bytes"] += size
         if status >= 300:
@@ -314,6 +320,28 @@ def _emitter(target: Any) -> Any:
         return meta.events  # a client
     events = getattr(target, "events", None)  # boto3.Session
     return events if events is not None else target.get_component("event_emitter")
+
+
+def _sample_wall(api: str, ms: float) -> None:
+    """Keep `ms` in the API's sample: every call up to MAX_WALL_SAMPLES, then each call
+    replaces a random one with probability MAX/seen (Vitter's algorithm R), so the sample
+    stays uniform over the whole run in bounded memory (a soak makes millions of calls)."""
+    samples = _wall.setdefault(api, [])
+    seen = _wall_seen[api] = _wall_seen.get(api, 0) + 1
+    if len(samples) < MAX_WALL_SAMPLES:
+        samples.append(ms)
+        return
+    j = _rng.randrange(seen)
+    if j < MAX_WALL_SAMPLES:
+        samples[j] = ms
+
+
+def limit_sizes(n: int) -> None:
+    """Remember the sizes of at most `n` items (the most recently written or read whole
+    first). A long benchmark bounds it: every frame it appends is an item, and the soak
+    measures the memory of the process that counts (bench_soak, HEADWATER_BENCH_ITEM_SIZES)."""
+    with _lock:
+        _sizes.limit(n)
 
 
 def install(session_or_client: Any) -> None:
@@ -346,3 +374,4 @@ def reset() -> None:
         _calls.clear()
         _tables.clear()
         _wall.clear()
+        _wall_seen.clear()

@@ -303,7 +303,8 @@ def storage_floor(
     from headwater.storage.blobs import S3BlobStore
     from headwater.storage.bootstrap import ensure_resources
     from headwater.storage.clients import AwsClients, client_config
-    from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+    from headwater.storage.heads import DynamoHeadStore
+    from headwater.storage.log_tail import DynamoLogTailStore
 
     env = emu.env()
     settings = Settings(resource_prefix=f"floor-{uuid.uuid4().hex[:8]}")

@@ -479,7 +479,7 @@ class Storage:
         import boto3
 
         from headwater.settings import Settings
-        from headwater.storage.dynamo import DynamoHeadStore
+        from headwater.storage.heads import DynamoHeadStore
         from headwater.storage.index_catalogue import DynamoIndexCatalogue
         from headwater.storage.segments import DynamoSegmentStore
 

@@ -12,7 +12,7 @@ is built on the first invocation and kept for the execution environment's life.
 - A dest that rejects (topic_full backpressure) or a storage error fails that stream record
   only (ReportBatchItemFailures), so Lambda retries from it; the cursor never moved past it.
 
-The same frames drive live /v0/ws delivery on API Gateway (http/ws_gateway.py): each new
+The same frames drive live /v0/ws delivery on API Gateway (ws/gateway.py): each new
 frame of topic T delivers T's WebSocket subscriptions from their stored cursors to the
 head (once per topic per batch, unless a later frame of T is past what was delivered),
 posting with post_to_connection and advancing each cursor conditionally. A client gone
@@ -50,10 +50,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from headwater.engine.ports import log_key_parts
 from headwater.engine.routers import RouterEngine, StreamBatch
 from headwater.engines import Core
-from headwater.http.ws_gateway import Delivery
 from headwater.obs import function_logger, traced
 from headwater.settings import Settings
 from headwater.storage.ws_connections import ApiGatewayPoster, DynamoWsStore
+from headwater.ws.gateway import Delivery
 
 logger = function_logger()  # the core's loggers write through it too
 metrics = Metrics()

@@ -18,7 +18,7 @@ and calls this function once per event:
 
 Thin by design: no AWS client at import; everything is built on the first invocation that
 needs it and kept for the execution environment's life. $connect and $disconnect need the
-keys, the connection store and the cap (`Gate`: http/ws_gate.py, no engine); the log engine
+keys, the connection store and the cap (`Gate`: ws/gate.py, no engine); the log engine
 and the command code are imported on the first $default message (`Runtime`)."""
 
 from __future__ import annotations
@@ -40,22 +40,22 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater import jsoncodec
+from headwater.access.keys import KeyStore
 from headwater.engine.quotas import WS_CONNECTIONS, Quotas
 from headwater.errors import HeadwaterError, error_body
-from headwater.http.auth import KeyStore
-from headwater.http.ws_gate import drop_connection, new_connection, now_s
 from headwater.obs import function_logger, traced
 from headwater.parameters import load_api_keys
 from headwater.settings import ENV_API_KEYS_PARAMETER, Settings
 from headwater.storage.clients import AwsClients
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.ws_connections import DynamoWsStore
+from headwater.ws.gate import drop_connection, new_connection, now_s
 
 # $default runs the /v0 commands over the log engine: that code is imported on the first
 # message, not at INIT ($connect and $disconnect need none of it; docs/operations.md).
 if TYPE_CHECKING:
-    from headwater.http.ws_gateway import Delivery
     from headwater.services import Services
+    from headwater.ws.gateway import Delivery
 
 logger = function_logger()  # the core's loggers write through it too
 
@@ -109,9 +109,9 @@ def gate() -> Gate:
 def runtime() -> Runtime:
     global _runtime
     if _runtime is None:
-        from headwater.http.ws_gateway import Delivery
         from headwater.services import LazyServices
         from headwater.storage.ws_connections import ApiGatewayPoster
+        from headwater.ws.gateway import Delivery
 
         g = gate()
         svc = LazyServices(g.settings, g.clients, g.keys, None).get()
@@ -184,9 +184,9 @@ async def on_message(rt: Runtime, event: dict[str, Any], deadline: float) -> Non
 
     from headwater.engine.ports.ws import ConnectionGone
     from headwater.errors import Unauthorized
-    from headwater.http.ws_commands import Commands
-    from headwater.http.ws_frames import error_frame
-    from headwater.http.ws_gateway import StoredSubscriptions, principal_of
+    from headwater.ws.commands import Commands
+    from headwater.ws.frames import error_frame
+    from headwater.ws.gateway import StoredSubscriptions, principal_of
 
     ctx = event["requestContext"]
     cid = ctx["connectionId"]

@@ -137,7 +137,7 @@ def run(spark: SparkSession, args: JobArgs) -> dict[str, Any]:
     from headwater.durable.state import state_of
     from headwater.index.build import Pending, commit, prepare
     from headwater.settings import Settings
-    from headwater.storage.dynamo import DynamoHeadStore
+    from headwater.storage.heads import DynamoHeadStore
     from headwater.storage.index_catalogue import DynamoIndexCatalogue
     from headwater.storage.segments import DynamoSegmentStore
 

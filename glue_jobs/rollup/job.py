@@ -145,7 +145,7 @@ def catalogue(
     import boto3
 
     from headwater.settings import Settings
-    from headwater.storage.dynamo import DynamoHeadStore
+    from headwater.storage.heads import DynamoHeadStore
     from headwater.storage.segments import DynamoSegmentStore
 
     ddb = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=_region(region))

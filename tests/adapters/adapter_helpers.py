@@ -22,18 +22,27 @@ from headwater.engine.ports import (
     TagEntry,
 )
 from headwater.engine.ports.catalogue import IndexCatalogueStore
+from headwater.engine.ports.dashboard import DashboardConfigStore
 from headwater.engine.ports.queue import LeaseStore
-from headwater.engine.quotas import QuotaStore
+from headwater.engine.ports.quota import QuotaStore
+from headwater.engine.ports.routers import RouterStore
+from headwater.engine.ports.ws import WsStore
 from headwater.engine.records import NewRecord, encode_records
+from headwater.flags.ports import ConnectionSlots
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
-from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.dashboard_configs import DynamoConfigStore
+from headwater.storage.flag_slots import DynamoFlagSlots
+from headwater.storage.heads import DynamoHeadStore
 from headwater.storage.index_catalogue import DynamoIndexCatalogue
 from headwater.storage.leases import DynamoLeaseStore
+from headwater.storage.log_tail import DynamoLogTailStore
 from headwater.storage.quota import DynamoQuotaStore
+from headwater.storage.routers import DynamoRouterStore
 from headwater.storage.segments import DynamoSegmentStore
 from headwater.storage.sessions import DynamoSessionStore
+from headwater.storage.ws_connections import DynamoWsStore
 
 T0 = 1_700_000_000_000  # a fixed "now" (ms) so expiry tests are deterministic
 REC_SIZE = 10  # accounted bytes per test record
@@ -115,6 +124,10 @@ class Backend:
     sessions: SessionStore
     catalogue: IndexCatalogueStore
     quota: QuotaStore
+    routers: RouterStore
+    dashboards: DashboardConfigStore
+    ws: WsStore
+    flag_slots: ConnectionSlots
     lossy: Callable[[bool], Lossy]  # lossy(fresh_tokens)
     clients: AwsClients | None = None
 
@@ -151,6 +164,10 @@ class Backend:
             sessions=DynamoSessionStore(clients.dynamodb, settings),
             catalogue=DynamoIndexCatalogue(clients.dynamodb, settings),
             quota=DynamoQuotaStore(clients.dynamodb, settings),
+            routers=DynamoRouterStore(clients.dynamodb, settings),
+            dashboards=DynamoConfigStore(clients.dynamodb, settings),
+            ws=DynamoWsStore(clients.dynamodb, settings),
+            flag_slots=DynamoFlagSlots(clients.dynamodb, settings),
             lossy=lossy,
             clients=clients,
         )
@@ -190,6 +207,10 @@ class Backend:
             sessions=stores.sessions,
             catalogue=stores.catalogue,
             quota=stores.quota,
+            routers=stores.routers,
+            dashboards=stores.dashboards,
+            ws=stores.ws,
+            flag_slots=stores.flag_slots,
             lossy=lossy,
         )
 

@@ -62,7 +62,7 @@ assert set(REQUEST_FIELDS) <= set(SEEN_FROM)
 V0_QUERY = {"touch": "false"}
 
 # (method, path template) -> a valid request; routes not listed get Route() with each path
-# parameter "fz". Body fields follow the parsers (headwater.http.v0_parse, queue, watch,
+# parameter "fz". Body fields follow the parsers (headwater.v0.parse, queue, watch,
 # routers; notify.requests; dashboard.items and service; flags.manifest).
 ROUTES: dict[tuple[str, str], Route] = {
     ("PUT", "/v0/topics/{topic}"): Route(TOPIC, {k: v for k, v in TOPIC_CONFIG.items()}),

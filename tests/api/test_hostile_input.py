@@ -4,7 +4,7 @@ The routes come from the app itself (hostile_routes.app_routes), so a new route 
 without touching this file: its path parameters, headers, query and a generic body; give it a
 hostile_routes.ROUTES entry (a valid request) and its body fields are fuzzed too. Most
 handlers read a raw Request, so /openapi.json knows no bodies: the fields are found by
-walking each valid body, written from the parsers (v0_parse, queue, watch, routers,
+walking each valid body, written from the parsers (v0/parse.py, queue, watch, routers,
 notify.requests, dashboard.items and service, flags.manifest, durable).
 
 test_corpus_never_answers_5xx mutates one part of the valid request at a time: each JSON

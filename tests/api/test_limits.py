@@ -14,10 +14,10 @@ import pytest
 from api_helpers import MakeClient, append_data, assert_error, ok, path, put_topic, read_all
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
+from headwater.access.limits import ConnectionLimits
 from headwater.engine.quotas import TOPICS, TOTAL_BYTES, WATCH_SESSIONS
 from headwater.errors import Throttled
 from headwater.http.app import create_app
-from headwater.http.limits import ConnectionLimits
 from headwater.settings import Caps, Settings
 from headwater.storage.clients import AwsClients
 from headwater.storage.quota import DynamoQuotaStore

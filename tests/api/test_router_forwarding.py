@@ -23,7 +23,8 @@ from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.bootstrap import ensure_resources
 from headwater.storage.clients import AwsClients
-from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.heads import DynamoHeadStore
+from headwater.storage.log_tail import DynamoLogTailStore
 from headwater.storage.routers import DynamoRouterStore
 
 pytestmark = pytest.mark.api

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from headwater.http.limits import ConnectionLimits, is_stream_request
+from headwater.access.limits import ConnectionLimits
+from headwater.http.limits import is_stream_request
 from headwater.http.sse import EventStreamResponse
 from headwater.settings import Caps
 

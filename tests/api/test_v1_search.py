@@ -16,7 +16,7 @@ import pytest
 from api_helpers import MakeClient
 from starlette.testclient import TestClient
 
-from headwater.durable import search as search_mod
+from headwater.durable import scan as scan_mod
 from headwater.durable.offsets import decode_offset
 from headwater.durable.state import topic_of
 from headwater.engine.sealed import cache_key
@@ -327,7 +327,7 @@ def test_search_timeout_is_408_with_a_partial_body(
 ) -> None:
     c, _ = sealed
     ticks = iter(range(10**9))
-    monkeypatch.setattr(search_mod, "monotonic", lambda: next(ticks) / 1000)  # +1 ms a call
+    monkeypatch.setattr(scan_mod, "monotonic", lambda: next(ticks) / 1000)  # +1 ms a call
     r = c.post(
         url("s", "_search"),
         content=json.dumps({"q": "has:ts", "timeout_ms": 40, "size": 500}),

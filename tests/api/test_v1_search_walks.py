@@ -18,7 +18,7 @@ from api_helpers import MakeClient
 from starlette.testclient import TestClient
 from test_v1_search import EAGER, JSON, docs, make_stream, seq, services, url
 
-from headwater.durable import search as search_mod
+from headwater.durable import scan as scan_mod
 from headwater.durable.state import state_of, topic_of
 from headwater.index.build import index_stream
 from headwater.settings import Settings
@@ -141,7 +141,7 @@ def test_walks_through_pages_cut_by_the_deadline_return_every_match_once(
     c = make_client(tiering=EAGER)
     values = _stream(c, aws, settings, "cut")
     ticks = iter(range(10**9))
-    monkeypatch.setattr(search_mod, "monotonic", lambda: next(ticks) / 1000)
+    monkeypatch.setattr(scan_mod, "monotonic", lambda: next(ticks) / 1000)
     rnd = random.Random(7)
     timed_out = 0
     for q, pred in QUERIES:
@@ -159,7 +159,7 @@ def _tick_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """The search deadline's clock moves 1 ms each time it is read: a page then reaches its
     deadline after a few dozen entries, whatever the machine's speed."""
     ticks = iter(range(10**9))
-    monkeypatch.setattr(search_mod, "monotonic", lambda: next(ticks) / 1000)
+    monkeypatch.setattr(scan_mod, "monotonic", lambda: next(ticks) / 1000)
 
 
 def test_ranked_walks_through_pages_cut_by_the_deadline_return_every_match_once(

@@ -17,7 +17,6 @@ from api_helpers import MakeClient
 from starlette.testclient import TestClient
 
 from headwater.durable import touch
-from headwater.durable.service import DurableStreams
 from headwater.services import Services
 
 pytestmark = pytest.mark.api
@@ -401,14 +400,14 @@ def test_an_activation_that_loses_the_race_is_planned_again(
     stale = client.portal.call(touch.open_stream, streams, "lose")  # type: ignore[union-attr]
     activate(client, "lose", [{"entity": "e", "fields": [{"name": "a", "encoding": "string"}]}])
     outcomes: list[bool] = []
-    commit = DurableStreams.commit_conf_blob
+    commit = streams.commit_conf_blob
 
-    async def spy(self: DurableStreams, *args: Any) -> bool:
-        ok = await commit(self, *args)
+    async def spy(*args: Any) -> bool:
+        ok = await commit(*args)
         outcomes.append(ok)
         return ok
 
-    monkeypatch.setattr(DurableStreams, "commit_conf_blob", spy)
+    monkeypatch.setattr(streams, "commit_conf_blob", spy)
     decl = [touch.Decl("e", (("b", "string"),))]
 
     async def late() -> dict[str, Any]:

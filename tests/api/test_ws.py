@@ -657,7 +657,7 @@ class StalledSocket:
 def _run_stalled(client: TestClient, scenario: Callable[[Any, StalledSocket], Any]) -> list[Frame]:
     import asyncio
 
-    from headwater.http.auth import ANONYMOUS
+    from headwater.access.keys import ANONYMOUS
     from headwater.http.ws import Connection
 
     svc = client.app.state.services.get()  # type: ignore[attr-defined]

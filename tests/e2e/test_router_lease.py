@@ -33,7 +33,8 @@ from headwater.engine.values import AppendRequest, DiffRequest
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
-from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.heads import DynamoHeadStore
+from headwater.storage.log_tail import DynamoLogTailStore
 from headwater.storage.routers import DynamoRouterStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

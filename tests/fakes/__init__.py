@@ -1,4 +1,4 @@
-"""In-memory fakes of the storage ports (engine/ports/, engine/quotas.py's QuotaStore), for
+"""In-memory fakes of every storage port (engine/ports/, flags/ports.py), for
 tests only: they run through the same adapter contract tests as the DynamoDB/S3 adapters
 (tests/adapters, backend "memory") and carry the engine's fast unit tests (tests/unit).
 
@@ -16,25 +16,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tests.fakes.dashboard import MemoryConfigStore
+from tests.fakes.flag_slots import MemoryFlagSlots
 from tests.fakes.heads import MemoryHeadStore
 from tests.fakes.items import MemoryIndexCatalogue, MemoryQuotaStore, MemorySessionStore
 from tests.fakes.leases import MemoryLeaseStore
+from tests.fakes.routers import MemoryRouterStore
 from tests.fakes.storage import Fault, MemoryAccount
 from tests.fakes.tail import MemoryLogTailStore
 from tests.fakes.tiering import MemoryBlobStore, MemorySegmentStore
+from tests.fakes.ws import MemoryWsStore
 
 __all__ = [
     "Fault",
     "MemoryAccount",
     "MemoryBlobStore",
+    "MemoryConfigStore",
+    "MemoryFlagSlots",
     "MemoryHeadStore",
     "MemoryIndexCatalogue",
     "MemoryLeaseStore",
     "MemoryLogTailStore",
     "MemoryQuotaStore",
+    "MemoryRouterStore",
     "MemorySegmentStore",
     "MemorySessionStore",
     "MemoryStores",
+    "MemoryWsStore",
 ]
 
 
@@ -51,6 +59,10 @@ class MemoryStores:
     sessions: MemorySessionStore
     catalogue: MemoryIndexCatalogue
     quota: MemoryQuotaStore
+    routers: MemoryRouterStore
+    dashboards: MemoryConfigStore
+    ws: MemoryWsStore
+    flag_slots: MemoryFlagSlots
 
     @classmethod
     def build(cls, account: MemoryAccount | None = None) -> MemoryStores:
@@ -66,4 +78,8 @@ class MemoryStores:
             sessions=MemorySessionStore(account),
             catalogue=MemoryIndexCatalogue(account),
             quota=MemoryQuotaStore(account),
+            routers=MemoryRouterStore(account),
+            dashboards=MemoryConfigStore(account),
+            ws=MemoryWsStore(account),
+            flag_slots=MemoryFlagSlots(account),
         )

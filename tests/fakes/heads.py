@@ -101,7 +101,7 @@ class MemoryHeadStore(FaultHook):
         max_bytes: int | None = None,
         patient: bool = True,
     ) -> Reservation:
-        """The counter step of storage/dynamo.py `reserve`: iff the head is live in its epoch
+        """The counter step of storage/heads.py `reserve`: iff the head is live in its epoch
         with the config (ext, caps) judged on; a re-send that finds our commit id on the head
         (nobody reserved since) answers the seqs it took."""
         acct = self.account
@@ -227,7 +227,7 @@ class MemoryHeadStore(FaultHook):
         return acct.run("heads.put_ext", attempt)
 
     def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
-        """The marker, iff nothing was reserved since `head` was read (storage/dynamo.py)."""
+        """The marker, iff nothing was reserved since `head` was read (storage/heads.py)."""
         marker = Head(
             topic=head.topic,
             epoch=head.epoch,

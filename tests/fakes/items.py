@@ -151,7 +151,7 @@ class MemoryIndexCatalogue:
 
 
 class MemoryQuotaStore:
-    """Deployment-wide counters (engine/quotas.py QuotaStore). Steps are guarded by their
+    """Deployment-wide counters (engine/ports/quota.py QuotaStore). Steps are guarded by their
     commit id too (the adapter's `once`): a re-sent step finds its own id and is not
     applied twice."""
 

@@ -24,7 +24,10 @@ from typing import TypeVar
 
 from headwater.engine.ports import AppendRejected, Head, SegmentItem, WatchSessionItem
 from headwater.engine.ports.catalogue import Catalogue
+from headwater.engine.ports.dashboard import DashboardConfig
 from headwater.engine.ports.queue import Lease
+from headwater.engine.ports.routers import RouterItem
+from headwater.engine.ports.ws import WsConnection, WsSubscription
 from headwater.errors import HeadwaterError, OutcomeUnknown, StorageUnavailable
 
 T = TypeVar("T")
@@ -234,6 +237,11 @@ class MemoryAccount:
         self.sessions: dict[str, SessionRow] = {}
         self.catalogues: dict[str, CatalogueRow] = {}  # log key -> catalogue
         self.quotas: dict[str, QuotaRow] = {}
+        self.routers: dict[str, RouterItem] = {}  # router name -> the router's item
+        self.dashboards: dict[str, dict[str, DashboardConfig]] = {}  # user -> config id -> it
+        self.ws_connections: dict[str, WsConnection] = {}  # connection id -> the connection
+        self.ws_subscriptions: dict[str, dict[str, WsSubscription]] = {}  # topic -> conn -> it
+        self.flag_slots: dict[str, dict[int, tuple[str, int]]] = {}  # token -> slot -> (owner, exp)
         self.objects: dict[str, bytes] = {}  # the bucket
 
     def new_cid(self) -> str:

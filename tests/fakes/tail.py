@@ -2,7 +2,7 @@
 MemoryAccount.
 
 An append is one all-or-nothing commit at its reserved key, judged under the account's lock
-with the conditions and answers of the DynamoDB adapter (storage/dynamo.py): a free frame
+with the conditions and answers of the DynamoDB adapter (storage/log_tail.py): a free frame
 key (else the slot was lost to a hole), unexpired idempotency keys refused with their
 original seqs, the head absent or the deleted marker replaced (creating), the guarded ext
 with nothing reserved after it. A commit re-sent under its ClientRequestToken answers its
@@ -46,7 +46,7 @@ from tests.fakes.storage import (
 def claim_holds(
     claim: ProducerClaim, stored: tuple[int, int, int, str] | None, at: int | None
 ) -> bool:
-    """storage/dynamo.py claim_op's condition: the producer takes (epoch, seq) next and
+    """storage/head_items.py claim_op's condition: the producer takes (epoch, seq) next and
     (`at` given) its last frame is before `at`."""
     if not claim.takes(None if stored is None else (stored[0], stored[1])):
         return False
@@ -143,7 +143,7 @@ class MemoryLogTailStore(FaultHook):
         return acct.run("tail.commit_append", attempt)
 
     def _put_frame(self, c: AppendCommit, cid: str, log_key: str, frame: FrameRow) -> bool:
-        """The one-write append (storage/dynamo.py _put_frame): a put of the frame at its
+        """The one-write append (storage/log_tail.py _put_frame): a put of the frame at its
         reserved key iff the key is free; a failed condition on a frame holding our commit id
         is our own earlier attempt, anything else there a hole: the slot is lost."""
         acct = self.account

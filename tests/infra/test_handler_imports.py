@@ -61,11 +61,11 @@ LOG_PARTS = (
 )
 # what WsFunction's $default needs and its $connect / $disconnect do not
 WS_DEFAULT = (
-    "headwater.http.ws_gate",
+    "headwater.ws.gate",
     "headwater.engine.log",
     "headwater.engine.watch",
-    "headwater.http.ws_commands",
-    "headwater.http.ws_gateway",
+    "headwater.ws.commands",
+    "headwater.ws.gateway",
     "asyncio",
 )
 
@@ -138,13 +138,13 @@ def test_the_api_function_loads_its_web_framework_but_no_geometry() -> None:
 
 def test_the_websocket_function_loads_no_web_framework_or_geometry() -> None:
     """WsFunction runs the /v0/ws commands on API Gateway events: the request helpers it
-    shares with POST /v0/topics/:t and POST /v0/watch live in http/v0_requests.py, so FastAPI
+    shares with POST /v0/topics/:t and POST /v0/watch live in v0/requests.py, so FastAPI
     and the /v0 routes stay out of its cold start (they took ~300 ms of its ~460), and the
     surfaces it never serves are not imported (~95 ms more). Its INIT loads what $connect and
-    $disconnect need (keys, the connection store, the cap: http/ws_gate.py); the engine, the
+    $disconnect need (keys, the connection store, the cap: ws/gate.py); the engine, the
     services and the command code wait for the first $default message."""
     loaded = set(_loaded("ws"))
-    assert "headwater.http.ws_gate" in loaded  # the probe sees what the handler imports
+    assert "headwater.ws.gate" in loaded  # the probe sees what the handler imports
     assert not loaded & {"fastapi", "pydantic", "shapely", "numpy", "aws_xray_sdk"}
     assert not loaded & SURFACES
     assert not loaded & set(ENGINES) - set(WS)
@@ -152,8 +152,8 @@ def test_the_websocket_function_loads_no_web_framework_or_geometry() -> None:
         "headwater.services",
         "headwater.engine.log",
         "headwater.engine.watch",
-        "headwater.http.ws_commands",
-        "headwater.http.ws_gateway",
+        "headwater.ws.commands",
+        "headwater.ws.gateway",
         "asyncio",
     }
 

@@ -1,6 +1,6 @@
-"""The layering (http -> surfaces -> engine -> engine.ports <- storage) holds: `lint-imports`
-(import-linter, .importlinter) keeps every contract, and breaks one when a storage adapter
-reaches into the engine's internals."""
+"""The layering (http -> ws -> surfaces and v0 -> access -> engine -> engine.ports <- storage)
+holds: `lint-imports` (import-linter, .importlinter) keeps every contract, and breaks one
+when a module reaches past its layer or into a façade's parts."""
 
 from __future__ import annotations
 
@@ -64,3 +64,29 @@ def test_the_sealers_upkeep_importing_the_log_engine_breaks_a_contract(tmp_path:
     out = _lint(_copy_with(tmp_path, "engine/tiering.py", "from headwater.engine import log"))
     assert out.returncode != 0
     assert "headwater.engine.tiering -> headwater.engine.log" in out.stdout, out.stdout[-3000:]
+
+
+def test_a_durable_query_module_reaching_a_part_breaks_a_contract(tmp_path: Path) -> None:
+    # search, aggregate, inspect and touch use DurableStreams' public methods only
+    out = _lint(_copy_with(tmp_path, "durable/search.py", "from headwater.durable import reads"))
+    assert out.returncode != 0
+    assert "headwater.durable.search -> headwater.durable.reads" in out.stdout, out.stdout[-3000:]
+
+
+def test_the_composition_root_importing_http_breaks_a_contract(tmp_path: Path) -> None:
+    out = _lint(_copy_with(tmp_path, "services.py", "from headwater.http import limits"))
+    assert out.returncode != 0
+    assert "headwater.services -> headwater.http.limits" in out.stdout, out.stdout[-3000:]
+
+
+def test_the_websocket_wing_importing_http_breaks_a_contract(tmp_path: Path) -> None:
+    out = _lint(_copy_with(tmp_path, "ws/gateway.py", "from headwater.http import sse"))
+    assert out.returncode != 0
+    assert "headwater.ws.gateway -> headwater.http.sse" in out.stdout, out.stdout[-3000:]
+
+
+def test_a_surface_importing_an_engine_module_breaks_a_contract(tmp_path: Path) -> None:
+    # surfaces use headwater.engine's API (engine/__init__.py) and engine.ports only
+    out = _lint(_copy_with(tmp_path, "notify/store.py", "from headwater.engine import log"))
+    assert out.returncode != 0
+    assert "headwater.notify.store -> headwater.engine.log" in out.stdout, out.stdout[-3000:]

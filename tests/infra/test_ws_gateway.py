@@ -17,8 +17,8 @@ from botocore.stub import Stubber
 from headwater import jsoncodec
 from headwater.engine.ports.ws import ConnectionGone
 from headwater.errors import StorageUnavailable
-from headwater.http.ws_gateway import MAX_MESSAGE_BYTES, fit_message
 from headwater.storage.ws_connections import ApiGatewayPoster, management_endpoint
+from headwater.ws.gateway import MAX_MESSAGE_BYTES, fit_message
 
 pytestmark = pytest.mark.infra
 

@@ -20,9 +20,9 @@ from headwater.flags.lint import check
 from headwater.flags.manifest import parse_json_body
 from headwater.flags.snapshot import parse_closure_query
 from headwater.http.bodies import read_body
-from headwater.http.v0_parse import decode_cursor, parse_append, parse_diff, parse_match
 from headwater.notify.requests import MAX_DEPTH, load_json
 from headwater.settings import Limits
+from headwater.v0.parse import decode_cursor, parse_append, parse_diff, parse_match
 
 pytestmark = pytest.mark.unit
 

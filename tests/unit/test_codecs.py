@@ -21,8 +21,8 @@ from headwater.engine.records import (
     encode_records,
 )
 from headwater.errors import InvalidRequest
-from headwater.http.v0_parse import decode_cursor, encode_cursor
 from headwater.names import is_valid_topic_name, object_key_component
+from headwater.v0.parse import decode_cursor, encode_cursor
 
 pytestmark = pytest.mark.unit
 

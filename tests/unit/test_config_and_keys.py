@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from headwater.access.keys import ALL_SCOPES, KeyStore
 from headwater.engine.config import DEFAULTS, TopicConfig, resolve, validate_config_patch
 from headwater.engine.ports import Head
 from headwater.errors import ConfigurationError, Forbidden, InvalidRequest, Unauthorized
-from headwater.http.auth import ALL_SCOPES, KeyStore
 from headwater.settings import Settings
 
 pytestmark = pytest.mark.unit

@@ -11,24 +11,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headwater.durable.fields import FieldBinding, FieldSpec, fields_from_config
 from headwater.durable.filter import (
     MAX_FILTER_CLAUSES,
     MAX_FILTER_DEPTH,
     MAX_FILTER_LENGTH,
-    MISSING,
     And,
     Compare,
-    FieldBinding,
-    FieldSpec,
     FilterError,
     Has,
-    JsonPointerError,
     Not,
     Or,
     Predicate,
-    fields_from_config,
-    json_pointer_get,
     parse_filter,
+)
+from headwater.durable.jsonvalue import (
+    MISSING,
+    JsonPointerError,
+    json_pointer_get,
     parse_json_pointer,
 )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from headwater.durable.filter import FieldSpec
+from headwater.durable.fields import FieldSpec
 from headwater.durable.offsets import Offset, decode_offset, encode_offset
 from headwater.durable.schema import (
     LENS_API_VERSION,

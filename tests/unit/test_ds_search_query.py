@@ -12,13 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.durable.filter import (
-    FilterError,
-    analyze,
-    fields_from_config,
-    parse_filter,
-    parse_query,
-)
+from headwater.durable.fields import fields_from_config
+from headwater.durable.filter import FilterError, analyze, parse_filter, parse_query
 
 CONFIG: dict[str, Any] = {
     "primaryTimestampField": "ts",

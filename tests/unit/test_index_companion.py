@@ -201,7 +201,7 @@ def segments(draw: st.DrawFn) -> list[SegmentDoc]:
 
 
 def _match_set(q: Predicate, docs: list[SegmentDoc]) -> set[int]:
-    """The existing evaluator, fed exactly as search.scan feeds it."""
+    """The existing evaluator, fed exactly as scan.scan feeds it."""
     return {
         i
         for i, d in enumerate(docs)
@@ -351,7 +351,7 @@ def test_candidates_over_a_larger_segment(text: str) -> None:
 
 
 def _scores(q: Predicate, docs: list[SegmentDoc]) -> dict[int, float]:
-    """The existing evaluator's (match, score), fed exactly as search.scan feeds it."""
+    """The existing evaluator's (match, score), fed exactly as scan.scan feeds it."""
     out: dict[int, float] = {}
     for i, d in enumerate(docs):
         value = None if d.value is UNDECODABLE else d.value

@@ -72,8 +72,8 @@ def test_appended_records_the_cache_keeps_hold_what_it_counts(size: int) -> None
     decoded from storage: orjson's unshrunk output buffers made a 1 KB record hold ~8 KB
     there (issue 42's soak: RSS grew ~8x what the frame cache counted)."""
     from headwater.engine.records import stored
-    from headwater.http.v0_parse import parse_append
     from headwater.settings import Limits
+    from headwater.v0.parse import parse_append
 
     def fill(cache: FrameCache) -> None:
         for k in range(300):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.http.auth import ALL_SCOPES, KeyStore, Principal
+from headwater.access.keys import ALL_SCOPES, KeyStore, Principal
 
 pytestmark = pytest.mark.unit
 

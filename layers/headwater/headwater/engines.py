@@ -25,7 +25,8 @@ from headwater.once import BuiltOnce
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore
 from headwater.storage.clients import AwsClients
-from headwater.storage.dynamo import DynamoHeadStore, DynamoLogTailStore
+from headwater.storage.heads import DynamoHeadStore
+from headwater.storage.log_tail import DynamoLogTailStore
 from headwater.storage.quota import DynamoQuotaStore
 from headwater.storage.segments import DynamoSegmentStore
 from headwater.storage.sessions import DynamoSessionStore

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from headwater.access.keys import KeyStore
+from headwater.access.limits import ConnectionLimits
 from headwater.engine.log import LogEngine
 from headwater.engine.quotas import (
     CountedSessions,
@@ -17,8 +19,6 @@ from headwater.engine.quotas import (
 )
 from headwater.engines import Core
 from headwater.errors import ConfigurationError
-from headwater.http.auth import KeyStore
-from headwater.http.limits import ConnectionLimits
 from headwater.once import BuiltOnce
 from headwater.parameters import load_api_keys, load_secret
 from headwater.settings import (

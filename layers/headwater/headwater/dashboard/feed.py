@@ -26,7 +26,7 @@ from headwater import jsoncodec
 from headwater.dashboard.ids import EPOCH_MASK, Position, topic_check
 from headwater.dashboard.items import parse_item
 from headwater.dashboard.metrics import Tally
-from headwater.engine.log import LogEngine
+from headwater.engine import LogEngine
 from headwater.engine.ports import Head
 from headwater.rollups import RollupReader
 from headwater.settings import DashboardSettings

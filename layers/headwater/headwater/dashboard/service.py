@@ -13,7 +13,7 @@ from typing import Any
 
 from headwater.dashboard.feed import DashboardFeed
 from headwater.dashboard.items import canonical_ticker, iso_ms
-from headwater.engine.log import LogEngine
+from headwater.engine import LogEngine
 from headwater.engine.ports.dashboard import (
     ConfigLimitReached,
     DashboardConfig,

@@ -20,16 +20,11 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from headwater.durable import schema
-from headwater.durable.filter import MISSING, FieldSpec, Predicate, _parse_date_ms, json_pointer_get
-from headwater.durable.search import (
-    TIMEOUT_CAP_MS,
-    Coverage,
-    Deadline,
-    SearchError,
-    compile_q,
-    scan,
-    search_config,
-)
+from headwater.durable.fields import FieldSpec
+from headwater.durable.filter import Predicate
+from headwater.durable.jsonvalue import MISSING, json_pointer_get, parse_date_ms
+from headwater.durable.scan import TIMEOUT_CAP_MS, Coverage, Deadline, SearchError, scan
+from headwater.durable.search_request import compile_q, search_config
 from headwater.durable.service import DurableStreams
 from headwater.engine.ports import Head, SegmentItem
 
@@ -54,7 +49,7 @@ def _time(raw: object, name: str) -> int:
     if isinstance(raw, float) and math.isfinite(raw):
         return math.trunc(raw)
     if isinstance(raw, str):
-        ms = _parse_date_ms(raw.strip())
+        ms = parse_date_ms(raw.strip())
         if ms is not None:
             return ms
     raise SearchError(f"{name} must be an RFC 3339 timestamp or unix milliseconds")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from headwater import allocator
 from headwater.durable import profiles
 from headwater.durable.offsets import encode_offset
-from headwater.durable.search import Coverage, Deadline, SearchError, monotonic, scan
+from headwater.durable.scan import Coverage, Deadline, SearchError, monotonic, scan
 from headwater.durable.service import FILTER_SCAN_CAP, DurableStreams, payload_bytes
 from headwater.durable.state import StreamState, name_of
 from headwater.engine.ports import Head, SegmentItem

@@ -73,12 +73,12 @@ class StreamState:
     producers: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (epoch, seq)
     profile: dict[str, Any] | None = None
     fork: Fork | None = None
-    # The schema registry (durable/schema.py) lives in S3, one immutable object per
+    # The schema registry (durable/schema/) lives in S3, one immutable object per
     # revision; the head holds its key and current version (every append rewrites the head).
     registry_key: str = ""
     schema_version: int = 0
     refs: int = 0  # forks reading entries from this stream (it outlives its delete for them)
-    # The state-protocol touch templates (durable/touch.py): an immutable S3 object per
+    # The state-protocol touch templates (durable/touch/): an immutable S3 object per
     # revision, like the registry. Not part of `conf`: templates do not shape appends.
     touch_key: str = ""
     gone: bool = False  # deleted while forks still read from it: 410 until the last goes

@@ -16,9 +16,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from headwater.engine.ports import SessionStore, WatchSessionItem
+from headwater.engine.ports.quota import QuotaStore
 from headwater.errors import HeadwaterError, Throttled
 from headwater.settings import Caps
 
@@ -33,13 +33,6 @@ WATCH_SESSIONS = "watch_sessions"
 TOTAL_BYTES = "total_bytes"
 # API Gateway WebSocket connections: deployment-wide, they count against the stream cap.
 WS_CONNECTIONS = "ws_connections"
-
-
-class QuotaStore(Protocol):
-    def reserve(self, name: str, amount: int, cap: int | None) -> bool: ...
-    def release(self, name: str, amount: int) -> None: ...
-    def get(self, name: str) -> int | None: ...
-    def set_if(self, name: str, observed: int | None, value: int) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

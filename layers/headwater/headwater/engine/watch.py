@@ -330,7 +330,7 @@ class TopicFeed:
     def cursors(self) -> dict[str, int]:
         return {t: s.cursor for t, s in self.subs.items()}
 
-    # --- one-shot reads (no loop: the API Gateway WebSocket delivery, http/ws_gateway.py) -
+    # --- one-shot reads (no loop: the API Gateway WebSocket delivery, ws/gateway.py) -
     def restore(
         self, topic: str, from_seq: int, epoch: int, opts: WatchSpec, *, live: bool, fresh: bool
     ) -> None:

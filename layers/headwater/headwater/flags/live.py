@@ -32,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from headwater.engine.log import LogEngine
+from headwater.engine import LogEngine
 from headwater.engine.ports import Head
 from headwater.flags.delta import (
     KEEPALIVE_FRAME,

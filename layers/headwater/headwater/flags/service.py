@@ -16,7 +16,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from headwater.engine.ports import Head
 from headwater.flags import manifest
@@ -31,6 +31,7 @@ from headwater.flags.errors import (
 from headwater.flags.lint import check
 from headwater.flags.live import FlagHub
 from headwater.flags.names import is_slug
+from headwater.flags.ports import ConnectionSlots
 from headwater.flags.snapshot import (
     ClosureRequest,
     closure_etag,
@@ -66,18 +67,6 @@ def signing_key_bytes(raw: str) -> bytes:
         return raw.encode("utf-8")
     log.warning("HEADWATER_SIGNING_KEY is not set: snapshot URLs are signed with a per-process key")
     return secrets.token_bytes(32)
-
-
-class ConnectionSlots(Protocol):
-    """The per-token connection cap's storage (headwater.storage.flag_slots)."""
-
-    def acquire(
-        self, principal_id: str, cap: int, owner: str, now_ms: int, lease_ms: int
-    ) -> int | None: ...
-    def renew(
-        self, principal_id: str, slot: int, owner: str, now_ms: int, lease_ms: int
-    ) -> bool: ...
-    def release(self, principal_id: str, slot: int, owner: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,10 +41,8 @@ from typing import Any, Generic, TypeVar, cast
 import orjson
 
 from headwater import jsoncodec
-from headwater.engine.log import LogEngine
+from headwater.engine import Admit, AppendRequest, LogEngine, NewRecord, Settle
 from headwater.engine.ports import Head
-from headwater.engine.records import NewRecord
-from headwater.engine.values import Admit, AppendRequest, Settle
 from headwater.errors import TopicNotFound
 from headwater.flags import names
 from headwater.flags.closure import FlagSelection, closure_hash_of_digests, closure_paths

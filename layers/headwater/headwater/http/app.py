@@ -13,10 +13,10 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from headwater import __version__, allocator
+from headwater.access.keys import KeyStore
 from headwater.console import ConsoleRoute
-from headwater.engine.sweeps import SweepPlan, run_timer
+from headwater.engine import SweepPlan, run_timer
 from headwater.http import api_docs, errors, probes
-from headwater.http.auth import KeyStore
 from headwater.http.aviso import RequestIdMiddleware
 from headwater.http.compression import GZipUnlessCompressed
 from headwater.http.lazy_routes import on_first_use

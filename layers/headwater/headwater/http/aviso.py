@@ -38,8 +38,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headwater import jsoncodec
+from headwater.access.keys import ANONYMOUS, KeyStore, Principal
 from headwater.errors import HeadwaterError, Unauthorized
-from headwater.http.auth import ANONYMOUS, KeyStore, Principal
 from headwater.notify.errors import AvisoError
 from headwater.notify.schema import EventSchema
 

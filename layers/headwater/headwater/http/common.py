@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from headwater.http.auth import Principal
+from headwater.access.keys import Principal
 from headwater.services import LazyServices, Services
 
 

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import jsoncodec
+from headwater.access.limits import Slot
 from headwater.dashboard.ids import parse_event_id
 from headwater.dashboard.items import ItemError, check_item
 from headwater.dashboard.service import (
@@ -25,14 +26,12 @@ from headwater.dashboard.service import (
     parse_config_body,
 )
 from headwater.dashboard.streams import config_stream, metrics_stream
-from headwater.engine.records import NewRecord, encoded_size
-from headwater.engine.values import AppendRequest
+from headwater.engine import AppendRequest, NewRecord, encoded_size
 from headwater.errors import HeadwaterError
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
 from headwater.http.dashboard_errors import PREFIX
 from headwater.http.lean_route import LeanRoute
-from headwater.http.limits import Slot
 from headwater.http.openapi_decl import body, doc, empty, header, model, query, sse
 from headwater.http.sse import EventStreamResponse, bare_event_stream
 

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import jsoncodec
+from headwater.access.limits import Slot
 from headwater.flags.errors import QueryTooLong, RateLimitExceeded, unknown_namespace
 from headwater.flags.live import EventStream
 from headwater.flags.manifest import DEFAULT_LIMITS as TREE_LIMITS
@@ -33,7 +34,6 @@ from headwater.http.bodies import read_body
 from headwater.http.common import services
 from headwater.http.flag_errors import EVENTS_PATH
 from headwater.http.lean_route import LeanRoute
-from headwater.http.limits import Slot
 from headwater.http.openapi_decl import (
     STATUS_TEXT,
     body,

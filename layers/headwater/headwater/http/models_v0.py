@@ -1,6 +1,6 @@
 """/v0 request and response bodies (spec topics-api-v0 §0-§10), for /openapi.json.
 
-Documentation only: the handlers parse bodies by hand (v0_parse, queue, watch, routers), which
+Documentation only: the handlers parse bodies by hand (v0/parse.py, queue, watch, routers), which
 is what produces the spec's exact 400s; these models describe what those parsers accept and
 what the handlers answer. Imported by api_docs when the document is first built, never at app
 import (cold start). Names are component names: each is unique across the models modules.

@@ -23,9 +23,9 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from headwater.access.keys import Principal
 from headwater.errors import HeadwaterError
 from headwater.http import aviso
-from headwater.http.auth import Principal
 from headwater.http.bodies import read_body
 from headwater.http.common import services
 from headwater.http.lean_route import LeanRoute

@@ -1,7 +1,7 @@
 """What a route declares for /openapi.json: its request body, its answers and its error
 envelope, by model name.
 
-Handlers read a raw Request and parse it by hand (v0_parse, bodies, the surfaces' parsers):
+Handlers read a raw Request and parse it by hand (v0/parse.py, bodies, the surfaces' parsers):
 that parsing produces the exact errors each spec requires, so it stays. The request and
 response models (pydantic, one module per surface: models_v0, models_notify, models_flags,
 models_dashboard, models_v1, models_probes) describe those bodies for the documentation only,

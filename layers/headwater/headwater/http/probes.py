@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import __version__, allocator
+from headwater.access.keys import Principal
+from headwater.engine import WATCH_SESSIONS
 from headwater.engine.ports import Head
-from headwater.engine.quotas import WATCH_SESSIONS
 from headwater.errors import HeadwaterError, NotReady
-from headwater.http.auth import Principal
 from headwater.http.common import authorize, services
 from headwater.http.lean_route import LeanRoute
 from headwater.http.responses import json_response

@@ -9,12 +9,12 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from headwater.engine.log import wall_ms
-from headwater.engine.queue import (
+from headwater.engine import (
     LEASE_MAX_MS,
     Counters,
     LeaseOpResult,
     clamp_lease_ms,
+    wall_ms,
 )
 from headwater.errors import BatchTooLarge, InvalidRequest, NotAcceptable
 from headwater.http.bodies import read_json
@@ -31,12 +31,12 @@ from headwater.http.openapi_decl import (
 )
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
-from headwater.http.v0_parse import is_int, query_int, require_object, require_text, u64
 from headwater.http.watch import accepts_event_stream
 from headwater.jsoncodec import dumps, is_scalar_text
 from headwater.names import validate_topic_name
 from headwater.services import Services
 from headwater.settings import Limits
+from headwater.v0.parse import is_int, query_int, require_object, require_text, u64
 
 router = APIRouter(route_class=LeanRoute)
 

@@ -10,16 +10,18 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from headwater.access.keys import Principal
+from headwater.engine import RouterNotFound
 from headwater.engine.ports.routers import RouterItem
-from headwater.engine.routers import RouterNotFound
 from headwater.errors import Conflict, InvalidRequest
-from headwater.http.auth import Principal
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
 from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import V0_BODY_ERRORS, V0_ERRORS, body, doc, model, query
 from headwater.http.responses import json_response
-from headwater.http.v0_parse import (
+from headwater.names import ROUTER_NAME_RE, is_valid_topic_name
+from headwater.services import Services
+from headwater.v0.parse import (
     boolean,
     decode_cursor,
     encode_cursor,
@@ -27,8 +29,6 @@ from headwater.http.v0_parse import (
     query_int,
     require_object,
 )
-from headwater.names import ROUTER_NAME_RE, is_valid_topic_name
-from headwater.services import Services
 
 router = APIRouter(route_class=LeanRoute)
 

@@ -36,8 +36,8 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from headwater import jsoncodec
+from headwater.access.limits import Slot
 from headwater.errors import HeadwaterError
-from headwater.http.limits import Slot
 from headwater.settings import Caps
 
 log = logging.getLogger(__name__)

@@ -10,11 +10,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from headwater.engine.config import validate_config_patch
+from headwater.engine import Counters, DiffResult, effective_priority, validate_config_patch
 from headwater.engine.ports import Head
-from headwater.engine.priority import effective_priority
-from headwater.engine.queue import Counters
-from headwater.engine.values import DiffResult
 from headwater.http.bodies import read_json
 from headwater.http.common import authorize, services
 from headwater.http.lean_route import LeanRoute
@@ -29,7 +26,8 @@ from headwater.http.openapi_decl import (
     query,
 )
 from headwater.http.responses import json_response
-from headwater.http.v0_parse import (
+from headwater.names import validate_topic_name
+from headwater.v0.parse import (
     decode_cursor,
     encode_cursor,
     parse_append,
@@ -39,8 +37,7 @@ from headwater.http.v0_parse import (
     query_int,
     require_object,
 )
-from headwater.http.v0_requests import append_body, commit_append, require_config_names
-from headwater.names import validate_topic_name
+from headwater.v0.requests import append_body, commit_append, require_config_names
 
 router = APIRouter(route_class=LeanRoute)
 

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import jsoncodec
+from headwater.access.keys import Principal
 from headwater.durable import profiles, schema
 from headwater.durable.errors import (
     AppendTimeout,
@@ -59,11 +60,9 @@ from headwater.durable.wire import (
     sse_encoding,
     stream_cursor,
 )
+from headwater.engine import RangeRead, StoredRecord
 from headwater.engine.ports import Head
-from headwater.engine.records import StoredRecord
-from headwater.engine.values import RangeRead
 from headwater.errors import HeadwaterError
-from headwater.http.auth import Principal
 from headwater.http.common import authorize, services
 from headwater.http.lean_route import LeanRoute
 from headwater.http.openapi_decl import doc, empty, header, model, query

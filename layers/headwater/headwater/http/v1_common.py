@@ -10,9 +10,9 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
+from headwater.access.keys import Principal
 from headwater.durable.errors import RequestTimeout
 from headwater.errors import InvalidRequest, PayloadTooLarge
-from headwater.http.auth import Principal
 
 T = TypeVar("T")
 

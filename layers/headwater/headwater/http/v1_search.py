@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import jsoncodec
-from headwater.durable import aggregate, inspect, search
+from headwater.access.keys import Principal
+from headwater.durable import aggregate, inspect, scan, search, search_request
 from headwater.durable.wire import WireError, etag_matches, is_json_type, parse_timeout_ms
 from headwater.errors import HeadwaterError, InvalidRequest
-from headwater.http.auth import Principal
 from headwater.http.v1_common import allow, capped
 from headwater.index.plan import IndexPlan
 from headwater.index.reader import open_index
@@ -77,7 +77,7 @@ async def route(
         raise InvalidRequest(f"{sub} needs an application/json stream")
     if sub == "_search":
         raw = await _search_params(request)
-        req = search.parse_request(raw, reg, from_query=method == "GET")
+        req = search_request.parse_request(raw, reg, from_query=method == "GET")
         catalogue = svc.index_catalogue
         index = await capped(open_index(svc.engine, catalogue, head, reg))
         pruner = index.pruner(req.query) if index is not None else None
@@ -116,7 +116,7 @@ async def _search_params(request: Request) -> dict[str, Any]:
         return body
     raw: dict[str, Any] = {}
     for key in request.query_params:
-        if key not in search.BODY_KEYS:
+        if key not in search_request.BODY_KEYS:
             raise InvalidRequest(f"unknown _search parameter {key!r}")
     for key in ("q", "size", "timeout_ms"):
         value = _one(request, key)
@@ -248,7 +248,7 @@ def server_details(svc: Services) -> dict[str, Any]:
             "timeouts": {
                 "resolver_ms": 5000,
                 "append_ms": 3000,
-                "search_ms": search.TIMEOUT_CAP_MS,
+                "search_ms": scan.TIMEOUT_CAP_MS,
                 "object_store_read_ms": s.aws_read_timeout_ms,
                 "object_store_max_attempts": s.aws_max_attempts,
             },

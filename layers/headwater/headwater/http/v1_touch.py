@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwater import jsoncodec
+from headwater.access.keys import Principal
 from headwater.durable import touch
 from headwater.errors import InvalidRequest, NotFound
-from headwater.http.auth import Principal
 from headwater.http.v1_common import (
     LONG_POLL_CAP_MS,
     RESOLVER_TIMEOUT_S,

@@ -11,10 +11,10 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from headwater.engine.log import wall_ms
-from headwater.engine.watch import (
+from headwater.engine import (
     WatchEngine,
     WatchEvent,
+    wall_ms,
 )
 from headwater.errors import NotAcceptable, NotFound, Unauthorized
 from headwater.http.bodies import read_json
@@ -33,11 +33,11 @@ from headwater.http.openapi_decl import (
 )
 from headwater.http.responses import json_response
 from headwater.http.sse import EventStreamResponse
-from headwater.http.v0_parse import query_bool
-from headwater.http.v0_requests import (
+from headwater.services import Services
+from headwater.v0.parse import query_bool
+from headwater.v0.requests import (
     parse_watch,
 )
-from headwater.services import Services
 
 router = APIRouter(route_class=LeanRoute)
 

@@ -3,7 +3,7 @@
 The bearer is checked before the upgrade is accepted (header, or `?token=` for browsers,
 which cannot set headers on a WebSocket); a refusal is an HTTP 401 with the /v0 error
 envelope where the server supports the denial-response extension (uvicorn, the test
-client), else a close with 1008 before accept. Commands are handled by ws_commands;
+client), else a close with 1008 before accept. Commands are handled by ws/commands.py;
 this module is the socket: one task reads commands, one pumps the connection's TopicFeed
 into a bounded frame queue, one writes the queue to the socket."""
 
@@ -18,15 +18,15 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from headwater import jsoncodec
-from headwater.engine.watch import TopicFeed
+from headwater.access.keys import Principal
+from headwater.engine import TopicFeed
 from headwater.errors import HeadwaterError, Throttled, Unauthorized, error_body
-from headwater.http.auth import Principal
 from headwater.http.lean_route import LeanRoute
 from headwater.http.responses import elapsed_ms
 from headwater.http.sse import Outbox
-from headwater.http.ws_commands import Commands
-from headwater.http.ws_frames import error_frame, event_frame
 from headwater.services import LazyServices, Services
+from headwater.ws.commands import Commands
+from headwater.ws.frames import error_frame, event_frame
 
 router = APIRouter(route_class=LeanRoute)
 log = logging.getLogger(__name__)

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from headwater.engine import companion_key, decode_segment
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
-from headwater.engine.segment import companion_key, decode_segment
 from headwater.index.companion import build_companion, docs_from_records
 from headwater.index.plan import IndexPlan
 from headwater.index.runs import compact_runs

@@ -42,11 +42,10 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import orjson
 
 from headwater import jsoncodec
+from headwater.durable.fields import FieldSpec, doc_value
 from headwater.durable.filter import (
-    MISSING,
     And,
     Compare,
-    FieldSpec,
     Has,
     Not,
     Or,
@@ -54,13 +53,11 @@ from headwater.durable.filter import (
     Prefix,
     Text,
     TextTarget,
-    _doc_value,
-    _parse_date_ms,
     analyze,
-    parse_json_pointer,
 )
+from headwater.durable.jsonvalue import MISSING, parse_date_ms, parse_json_pointer
 from headwater.durable.offsets import Offset, decode_offset
-from headwater.engine.records import StoredRecord
+from headwater.engine import StoredRecord
 from headwater.index.plan import FORMAT_VERSION, IndexPlan, canonical_json, field_fingerprint
 
 if TYPE_CHECKING:
@@ -112,7 +109,7 @@ class _Undecodable:
 
 
 UNDECODABLE: Final = _Undecodable()
-"""A record whose data is not JSON: it has no field values (like ``search.scan``'s None)."""
+"""A record whose data is not JSON: it has no field values (like ``scan.scan``'s None)."""
 
 
 class SegmentDoc(NamedTuple):
@@ -153,7 +150,7 @@ def version_at(registry: Mapping[str, Any], seq: int) -> int:
 def docs_from_records(
     records: Iterable[StoredRecord], registry: Mapping[str, Any]
 ) -> list[SegmentDoc]:
-    """Builder input from stored records, decoded exactly as ``search.scan`` decodes them
+    """Builder input from stored records, decoded exactly as ``scan.scan`` decodes them
     (value, schema version by boundary) and keyed like ``_routing_keys`` (the record tag)."""
     out: list[SegmentDoc] = []
     versions = _Versions(registry) if registry else None
@@ -334,7 +331,7 @@ class _PerDoc:
                 elif x is _NOT_AN_OBJECT or type(x) is list or type(x) is tuple:
                     out[i] = slow(self.values[i], v)
                 else:
-                    one = _doc_value(spec, x)
+                    one = doc_value(spec, x)
                     out[i] = () if one is None else [one]
         return out  # type: ignore[return-value]
 
@@ -356,7 +353,7 @@ class _PerDoc:
             elif type(raw) is list or type(raw) is tuple:
                 out.append(slow(doc, v))
             else:
-                one = _doc_value(spec, raw)
+                one = doc_value(spec, raw)
                 out.append(() if one is None else [one])
         return out
 
@@ -389,7 +386,7 @@ class _DateCache:
                 if minute in self.minutes:
                     base = self.minutes[minute]
                 else:
-                    base = self.minutes[minute] = _parse_date_ms(minute + "00Z")
+                    base = self.minutes[minute] = parse_date_ms(minute + "00Z")
                 if base is not None:
                     return base + int(digits[:2]) * 1000 + int(digits[2:])
         return None  # another shape: the general parser's

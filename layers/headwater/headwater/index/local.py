@@ -14,10 +14,9 @@ import logging
 from typing import Any
 
 from headwater.durable.state import TOPIC_PREFIX, state_of
-from headwater.engine.log import LogEngine
+from headwater.engine import LogEngine, SweepPlan, live_heads
 from headwater.engine.ports import Head
 from headwater.engine.ports.catalogue import IndexCatalogueStore
-from headwater.engine.sweeps import SweepPlan, live_heads
 from headwater.errors import HeadwaterError
 from headwater.index.build import Progress, SegmentLister, index_stream
 

@@ -32,17 +32,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from headwater.durable.fields import FieldSpec, fields_from_config
 from headwater.durable.filter import (
     And,
     Compare,
-    FieldSpec,
     Has,
     Not,
     Or,
     Predicate,
     Prefix,
     Text,
-    fields_from_config,
     parse_query,
 )
 

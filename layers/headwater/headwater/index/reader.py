@@ -1,5 +1,5 @@
 """The request side of the index families: for one stream and one query, what each sealed
-segment's companion says (durable/search.py's `Pruner`).
+segment's companion says (durable/scan.py's `Pruner`).
 
 A segment is served from its companion only when all of this holds: the stream's catalogue
 (storage/index_catalogue.py) is for the plan generation the current search config asks for,
@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from headwater.durable.aggregate import Rollup
-from headwater.durable.filter import FieldSpec, Predicate
-from headwater.engine.log import LogEngine
+from headwater.durable.fields import FieldSpec
+from headwater.durable.filter import Predicate
+from headwater.engine import LogEngine, companion_key
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue, IndexCatalogueStore
-from headwater.engine.segment import companion_key
 from headwater.errors import StorageUnavailable
 from headwater.index import runs
 from headwater.index.companion import SECTION_ORDER, Companion, CompanionError, SectionNotLoaded
@@ -228,7 +228,7 @@ class StreamIndex:
 
 
 class QueryPruner:
-    """durable.search.Pruner for one query: the seqs of a segment that may match it."""
+    """durable.scan.Pruner for one query: the seqs of a segment that may match it."""
 
     def __init__(self, index: StreamIndex, query: Predicate) -> None:
         self.index = index

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from headwater.engine import companion_key, lexicon_run_key
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
-from headwater.engine.segment import companion_key, lexicon_run_key
 from headwater.index.companion import Companion, CompanionError
 
 if TYPE_CHECKING:

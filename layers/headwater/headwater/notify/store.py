@@ -22,10 +22,8 @@ from dataclasses import dataclass
 import orjson
 
 from headwater import jsoncodec
-from headwater.engine.log import LogEngine
+from headwater.engine import AppendRequest, LogEngine, NewRecord, StoredRecord
 from headwater.engine.ports import Head
-from headwater.engine.records import NewRecord, StoredRecord
-from headwater.engine.values import AppendRequest
 from headwater.errors import TopicNotFound
 
 TOPIC_PREFIX = "~aviso/"

@@ -16,7 +16,7 @@ from headwater.storage.ddb import call as _call
 from headwater.storage.ddb import int_of as _i
 from headwater.storage.ddb import num as _n
 from headwater.storage.ddb import text as _s
-from headwater.storage.dynamo import segment_pk, segment_sk
+from headwater.storage.head_items import segment_pk, segment_sk
 from headwater.storage.schema import HEADS, INDEX
 
 

@@ -1,7 +1,7 @@
 """Ports: the small typed interfaces the engine and the surfaces depend on, their value types,
-and the object layout they share. Adapters in headwater.storage (dynamo.py, blobs.py, ...)
-implement them over boto3 and import nothing of the engine but this module and its record
-codec (engine.records); nothing above storage knows about AWS (checked by `make lint`:
+and the object layout they share. Adapters in headwater.storage (heads.py, log_tail.py,
+blobs.py, ...) implement them over boto3 and import nothing of the engine but this module and
+its record codec (engine.records); nothing above storage knows about AWS (checked by `make lint`:
 the import contracts in .importlinter)."""
 
 from __future__ import annotations

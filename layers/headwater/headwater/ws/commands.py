@@ -18,20 +18,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from headwater import jsoncodec
-from headwater.engine.values import AppendRequest
-from headwater.engine.watch import WatchSpec, resolve_starts
+from headwater.access.keys import Principal
+from headwater.engine import AppendRequest, WatchSpec, resolve_starts
 from headwater.errors import HeadwaterError, InvalidRequest, PayloadTooLarge
-from headwater.http.auth import Principal
-from headwater.http.v0_parse import boolean, parse_append, require_object
-from headwater.http.v0_requests import (
+from headwater.names import validate_topic_name
+from headwater.services import Services
+from headwater.v0.parse import boolean, parse_append, require_object
+from headwater.v0.requests import (
     append_body,
     commit_append,
     parse_watch,
     require_config_names,
 )
-from headwater.http.ws_frames import error_frame, reply_frame
-from headwater.names import validate_topic_name
-from headwater.services import Services
+from headwater.ws.frames import error_frame, reply_frame
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from headwater import jsoncodec
-from headwater.engine.watch import WatchEvent
+from headwater.engine import WatchEvent
 from headwater.errors import HeadwaterError
 
 # SSE event name -> WebSocket op; the SSE payloads are JSON objects, spliced not re-encoded

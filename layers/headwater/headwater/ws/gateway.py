@@ -4,7 +4,7 @@ Under uvicorn a connection is a process-local socket with a TopicFeed loop (http
 API Gateway every message is its own Lambda invocation (functions/ws) and nothing stays
 in memory between them, so:
 
-- `StoredSubscriptions` is the `ws_commands.Subscriptions` port backed by DynamoDB (one
+- `StoredSubscriptions` is the `ws.commands.Subscriptions` port backed by DynamoDB (one
   subscription item per topic and connection, plus the topic list on the connection item);
 - `Delivery` pushes a subscription's backlog from its stored cursor to the head with
   TopicFeed's own per-topic read (same frames, tombstones, caught-up and topic-deleted
@@ -28,21 +28,18 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from headwater import jsoncodec
-from headwater.engine.log import LogEngine
-from headwater.engine.ports.ws import ConnectionGone, WsConnection, WsSubscription
-from headwater.engine.quotas import Quotas
-from headwater.engine.watch import TopicFeed, WatchSpec
+from headwater.engine import LogEngine, Quotas, TopicFeed, WatchSpec
+from headwater.engine.ports.ws import ConnectionGone, Poster, WsConnection, WsStore, WsSubscription
 from headwater.errors import HeadwaterError, PayloadTooLarge
-from headwater.http.ws_frames import error_frame, event_frame
+from headwater.ws.frames import error_frame, event_frame
 
-# The connection side ($connect, $disconnect) lives in ws_gate, without the engine; its
+# The connection side ($connect, $disconnect) lives in ws/gate.py, without the engine; its
 # names are this module's too.
-from headwater.http.ws_gate import (
+from headwater.ws.gate import (
     CONNECTION_TTL_S,
-    WsStore,
     drop_connection,
     new_connection,
     now_s,
@@ -75,15 +72,8 @@ MAX_BATCH_BYTES = 120 * 1024
 DELIVERY_CONCURRENCY = 16  # subscriptions of one topic delivered at once
 
 
-class Poster(Protocol):
-    """Frames to a connection (raises ConnectionGone when the client has left)."""
-
-    def post(self, endpoint: str, connection_id: str, data: bytes) -> None: ...
-    def close(self, endpoint: str, connection_id: str) -> None: ...
-
-
 class StoredSubscriptions:
-    """ws_commands.Subscriptions for one API Gateway connection. `subscribe` stores the
+    """commands.Subscriptions for one API Gateway connection. `subscribe` stores the
     subscription at its initial position (`added` lists them, for the backlog delivery that
     follows the command); `unsubscribe` removes it before the reply is sent."""
 
@@ -203,7 +193,7 @@ class Delivery:
             await asyncio.to_thread(self.poster.post, endpoint, connection_id, message)
 
     def drop_connection(self, connection_id: str) -> WsConnection | None:
-        """ws_gate.drop_connection over this delivery's store and quotas."""
+        """gate.drop_connection over this delivery's store and quotas."""
         return drop_connection(self.store, self.quotas, connection_id)
 
     async def deliver(self, sub: WsSubscription, deadline: float) -> Delivered:

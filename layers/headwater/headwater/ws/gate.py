@@ -1,36 +1,20 @@
 """/v0/ws on an API Gateway WebSocket API: what `$connect` and `$disconnect` need, and no
 more. A connection is registered with its principal and management endpoint, holds a slot
 of the deployment-wide stream cap, and is removed with its subscriptions. Nothing here loads
-the log engine, the watch code or the command parser (http/ws_gateway.py): functions/ws
+the log engine, the watch code or the command parser (ws/gateway.py): functions/ws
 imports them on its first `$default` message, so an environment that only connects and
 disconnects clients never pays for them (bench/bench_coldstart.py)."""
 
 from __future__ import annotations
 
 import time
-from typing import Protocol
 
-from headwater.engine.ports.ws import WsConnection, WsSubscription
-from headwater.engine.quotas import WS_CONNECTIONS, Quotas
-from headwater.http.auth import Principal
+from headwater.access.keys import Principal
+from headwater.engine import WS_CONNECTIONS, Quotas
+from headwater.engine.ports.ws import WsConnection, WsStore
 
 # API Gateway closes every WebSocket connection after 2 hours; its items live as long.
 CONNECTION_TTL_S = 2 * 3600 + 60
-
-
-class WsStore(Protocol):
-    def put_connection(self, conn: WsConnection) -> None: ...
-    def get_connection(self, connection_id: str, now_s: int) -> WsConnection | None: ...
-    def delete_connection(self, connection_id: str) -> WsConnection | None: ...
-    def add_topic(self, connection_id: str, topic: str) -> bool: ...
-    def remove_topic(self, connection_id: str, topic: str) -> None: ...
-    def count_connections(self, now_s: int) -> int: ...
-    def put_subscription(self, sub: WsSubscription) -> None: ...
-    def delete_subscription(
-        self, topic: str, connection_id: str, gen: str | None = None
-    ) -> bool: ...
-    def subscriptions(self, topic: str, now_s: int) -> list[WsSubscription]: ...
-    def advance(self, sub: WsSubscription, cursor: int, live: bool, fresh: bool) -> bool: ...
 
 
 def now_s() -> int:

@@ -1,18 +1,12 @@
-"""DynamoDB adapters for the heads and log-tail ports. The only module (with blobs.py) that
-speaks the DynamoDB wire format or sees ClientError; AWS errors become engine errors here."""
+"""The DynamoDB adapter of the log-tail port (LogTailStore): a topic's frames in the log
+table (the one-write append, the transaction with idempotency keys, tags and producers'
+claims), holes, evictions, record deletes and frame summaries."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import random
-import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-from botocore.exceptions import BotoCoreError, ClientError
 
 from headwater.engine.ports import (
     AppendCommit,
@@ -25,21 +19,17 @@ from headwater.engine.ports import (
     Head,
     IdemHit,
     KnownRecords,
-    ProducerClaim,
-    Reservation,
     TagEntry,
     frame_pk,
 )
 from headwater.engine.records import Frame, StoredRecord, decode_records
-from headwater.errors import StorageUnavailable, Throttled
+from headwater.errors import StorageUnavailable
 from headwater.settings import Settings
 from headwater.storage.ddb import (
     CID_ATTR,
     any_mine,
     batch_delete,
     conditional,
-    error_code,
-    mark_cid,
     new_cid,
     transact,
     write_once,
@@ -50,534 +40,26 @@ from headwater.storage.ddb import num as _n
 from headwater.storage.ddb import opt_int_of as _opt_i
 from headwater.storage.ddb import text as _s
 from headwater.storage.frame_chain import DynamoFrameChain
-from headwater.storage.schema import HEADS, INDEX, LOG
-
-LIVE_GSI_KEY = "topic"
-_BATCH_GET_MAX = 100
-
-INTERNAL_PREFIX = "~"  # the surfaces' internal logs: ~ds/, ~flags/, ~aviso/
-
-
-def head_from_item(item: dict[str, Any]) -> Head:
-    tp = item.get("tp", {}).get("M", {})
-    return Head(
-        topic=item["pk"]["S"],
-        epoch=_i(item, "ep", 1),
-        head_seq=_i(item, "hs"),
-        earliest_seq=_i(item, "es", 1),
-        evict_floor=_i(item, "ef", 1),
-        count=_i(item, "cnt"),
-        bytes=_i(item, "byt"),
-        config=json.loads(item["cfg"]["S"]) if "cfg" in item else {},
-        created_ms=_i(item, "cr"),
-        last_write_ts=_opt_i(item, "lw"),
-        last_read_ts=_opt_i(item, "lr"),
-        del_ver=_i(item, "dv"),
-        tag_pending={int(k): int(v["N"]) for k, v in tp.items()},
-        deleted="dl" in item,
-        sealed_through=_i(item, "st"),
-        trimmed_through=_i(item, "tt"),
-        unsealed_bytes=max(0, _i(item, "ub")),
-        evictions=decode_evictions(item.get("ev", {}).get("S", "")),
-        prev_head_seq=_i(item, "ph"),
-        ext=item["x"]["S"] if "x" in item else "",
-        appended=_i(item, "ac"),
-        appended_bytes=_i(item, "ab"),
-        partitions=_i(item, "lp", 1),
-    )
-
-
-HOLE_ATTR = "hl"  # a hole: seqs reserved that no append committed (no records)
-
-
-PRODUCER_TTL_S = 30 * 86_400  # an idempotent producer idle this long starts over
-
-
-def producer_pk(topic: str, epoch: int) -> str:
-    return f"p#{topic}#{epoch}"
-
-
-def claim_op(
-    table: str,
-    topic: str,
-    epoch: int,
-    claim: ProducerClaim,
-    at: int,
-    cid: str,
-    now_ms: int,
-    *,
-    ordered: bool = True,
-) -> dict[str, Any]:
-    """A producer's claim as a transaction item (docs/storage.md "Producers"): its state
-    moves to (epoch, seq) and its last frame key to `at`, iff it takes that write next (and,
-    `ordered`, its last frame is before `at`); a refusal returns the stored state."""
-    values: dict[str, Any] = {
-        ":e": _n(claim.epoch),
-        ":q": _n(claim.seq),
-        ":s": _n(at),
-        ":ttl": _n(now_ms // 1000 + PRODUCER_TTL_S),
-        ":cid": _s(cid),
-    }
-    if claim.seq == 0:
-        cond = "(attribute_not_exists(pk) OR e < :e)"
-    else:
-        cond = "e = :e AND q = :qp"
-        values[":qp"] = _n(claim.seq - 1)
-    if ordered:
-        cond += " AND (attribute_not_exists(s) OR s < :s)"
-    return {
-        "Update": {
-            "TableName": table,
-            "Key": {"pk": _s(producer_pk(topic, epoch)), "sk": _s(claim.producer)},
-            "UpdateExpression": f"SET e = :e, q = :q, s = :s, #ttl = :ttl, {CID_ATTR} = :cid",
-            "ConditionExpression": cond,
-            "ExpressionAttributeNames": {"#ttl": "ttl"},
-            "ExpressionAttributeValues": values,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    }
-
-
-def claim_hit(reason: dict[str, Any]) -> tuple[int, int, int] | None:
-    """The stored (epoch, seq, last frame key) a refused claim returned (None: no state)."""
-    old = reason.get("Item")
-    if not old or "e" not in old:
-        return None
-    return _i(old, "e"), _i(old, "q"), _i(old, "s")
-
-
-def _ext_condition(expected: str) -> tuple[str, dict[str, Any]]:
-    """The condition that a head's ext attribute still holds `expected` ("" = absent)."""
-    if not expected:
-        return "attribute_not_exists(x)", {}
-    return "x = :x1", {":x1": _s(expected)}
-
-
-def encode_evictions(runs: Sequence[tuple[int, str]]) -> str:
-    return ",".join(f"{upto}:{reason}" for upto, reason in runs)
-
-
-def decode_evictions(raw: str) -> tuple[tuple[int, str], ...]:
-    out: list[tuple[int, str]] = []
-    for part in raw.split(","):
-        if part:
-            upto, _, reason = part.partition(":")
-            out.append((int(upto), reason))
-    return tuple(out)
-
-
-def head_to_item(h: Head) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        "pk": _s(h.topic),
-        "ep": _n(h.epoch),
-        "hs": _n(h.head_seq),
-        "es": _n(h.earliest_seq),
-        "ef": _n(h.evict_floor),
-        "cnt": _n(h.count),
-        "byt": _n(h.bytes),
-        "cfg": _s(json.dumps(h.config, sort_keys=True)),
-        "cr": _n(h.created_ms),
-        "dv": _n(h.del_ver),
-        "tp": {"M": {str(k): _n(v) for k, v in h.tag_pending.items()}},
-        "st": _n(h.sealed_through),
-        "tt": _n(h.trimmed_through),
-        "ub": _n(h.unsealed_bytes),
-        "ph": _n(h.prev_head_seq),
-        "ac": _n(h.appended),
-        "ab": _n(h.appended_bytes),
-        "lp": _n(h.partitions),
-    }
-    if h.evictions:
-        item["ev"] = _s(encode_evictions(h.evictions))
-    if h.ext:
-        item["x"] = _s(h.ext)
-    if h.last_write_ts is not None:
-        item["lw"] = _n(h.last_write_ts)
-    if h.last_read_ts is not None:
-        item["lr"] = _n(h.last_read_ts)
-    if h.deleted:
-        item["dl"] = {"BOOL": True}
-    else:
-        item["gk"] = _s(LIVE_GSI_KEY)
-    return item
-
-
-# Throttling answers that mean nothing was applied: a key (here a topic's head) past its
-# write rate. A reservation that must not wait for them answers 429 instead (fail_fast).
-THROTTLE_CODES = frozenset(
-    {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"}
+from headwater.storage.head_items import (
+    BATCH_GET_MAX,
+    HOLE_ATTR,
+    claim_hit,
+    claim_op,
+    encode_evictions,
+    ext_condition,
+    head_from_item,
+    head_to_item,
+    producer_pk,
+    read_head,
+    segment_pk,
+    segment_sk,
 )
-_fast = threading.local()
-
-
-class _ThrottledNow(Exception):
-    """Raised out of botocore's retry decision for a throttled call made under fail_fast."""
-
-
-def _no_throttle_retry(response: Any = None, **_: Any) -> None:
-    """botocore's `needs-retry` event for UpdateItem: under fail_fast, a throttled answer
-    ends the call (nothing of it applied) instead of botocore's back-off (1 s base, random,
-    up to 8 attempts: seconds billed in a Lambda doing nothing)."""
-    if getattr(_fast, "on", False) and response is not None:
-        parsed = response[1] if isinstance(response, tuple) else {}
-        if parsed.get("Error", {}).get("Code") in THROTTLE_CODES:
-            raise _ThrottledNow(parsed["Error"]["Code"])
-
-
-class DynamoHeadStore:
-    """Heads: one item per topic, whose counter hands out seqs (reserve). A head read is
-    one GetItem: the item holds every seq reserved and every counter."""
-
-    def __init__(self, client: Any, settings: Settings) -> None:
-        self._ddb = client
-        self._table = settings.table_name(HEADS.logical)
-        self._index_table = settings.table_name(INDEX.logical)
-        events = getattr(getattr(client, "meta", None), "events", None)
-        if events is not None:  # one registration per client, however many stores
-            events.register(
-                "needs-retry.dynamodb.UpdateItem",
-                _no_throttle_retry,
-                unique_id="headwater-reserve-fail-fast",
-            )
-
-    def get(self, topic: str, *, consistent: bool = True) -> Head | None:
-        return read_head(self._ddb, self._table, topic, consistent)
-
-    def reserve(
-        self,
-        head: Head,
-        n: int,
-        nbytes: int,
-        ts: int,
-        *,
-        ext: str | None = None,
-        max_count: int | None = None,
-        max_bytes: int | None = None,
-        patient: bool = True,
-    ) -> Reservation:
-        """One UpdateItem: ADD n to the head seq (and every counter with it), iff the head is
-        live in its epoch with the config (and ext, caps) the append was judged on.
-        UPDATED_OLD returns the counters before the step: our seqs follow its head seq. The
-        commit id
-        (`once`) makes a re-sent step that applied fail instead of stepping twice, unless
-        another reservation came between (then ours applies again, and its first seqs
-        are a hole readers fill)."""
-        cond = "ep = :ep AND attribute_not_exists(dl) AND cfg = :cfg"
-        values: dict[str, Any] = {
-            ":ep": _n(head.epoch),
-            ":cfg": _s(json.dumps(head.config, sort_keys=True)),
-            ":n": _n(n),
-            ":b": _n(nbytes),
-            ":ts": _n(ts),
-        }
-        if ext is not None:
-            ext_cond, ext_values = _ext_condition(ext)
-            cond += f" AND {ext_cond}"
-            values.update(ext_values)
-        if max_count is not None:
-            cond += " AND cnt <= :mc"
-            values[":mc"] = _n(max_count)
-        if max_bytes is not None:
-            cond += " AND byt <= :mb"
-            values[":mb"] = _n(max_bytes)
-        _fast.on = not patient
-        try:
-            got = self._step(head, cond, values)
-        except _ThrottledNow as exc:
-            # The topic is at its write ceiling (its head key): nothing was reserved, and the
-            # client is told to come back rather than waiting here (spec: 429 throttled).
-            raise Throttled(
-                f"topic {head.topic!r} is at its write rate; retry",
-                # sub-second and spread (HTTP's Retry-After is whole seconds): writers that
-                # come back at once, but not together, keep the topic at its ceiling
-                detail={
-                    "topic": head.topic,
-                    "aws_error": str(exc),
-                    "retry_after_ms": random.randint(20, 200),
-                },
-                headers={"Retry-After": "1"},
-            ) from None
-        finally:
-            _fast.on = False
-        assert got is not None  # `conflict`: a failed condition answers with the item
-        old = got.get("Attributes")
-        if got.get("Conflict"):
-            raise AppendRejected(True, {}, head_from_item(old) if old else None)
-        assert old is not None
-        if got.get("Repeated"):
-            # our earlier attempt applied and nobody stepped since: the item (all of it, from
-            # the failed condition) is just after it
-            after = head_from_item(old)
-            before = dataclasses.replace(
-                after.reserved(-n, -nbytes, after.last_write_ts or ts),
-                last_write_ts=None,
-            )
-        else:
-            before = dataclasses.replace(
-                head,
-                head_seq=_i(old, "hs"),
-                appended=_i(old, "ac"),
-                appended_bytes=_i(old, "ab"),
-                count=_i(old, "cnt"),
-                bytes=_i(old, "byt"),
-                unsealed_bytes=_i(old, "ub"),
-                last_write_ts=_opt_i(old, "lw"),
-            )
-            after = before.reserved(n, nbytes, ts)
-        meta = got.get("ResponseMetadata", {})
-        return Reservation(
-            first_seq=before.head_seq + 1,
-            last_seq=before.head_seq + n,
-            ts=max(ts, before.last_write_ts or 0),
-            appended_bytes=before.appended_bytes + nbytes,
-            head=after,
-            retried=bool(got.get("Repeated")) or int(meta.get("RetryAttempts", 0) or 0) > 0,
-        )
-
-    def _step(self, head: Head, cond: str, values: dict[str, Any]) -> dict[str, Any] | None:
-        return write_once(
-            self._ddb.update_item,
-            once=True,
-            conflict=True,
-            TableName=self._table,
-            Key={"pk": _s(head.topic)},
-            UpdateExpression="SET lw = :ts ADD hs :n, ac :n, ab :b, cnt :n, byt :b, ub :b",
-            ConditionExpression=cond,
-            ExpressionAttributeValues=values,
-            # the counters before the step (what was updated), not the whole item: the rest
-            # is as `head` says, or the condition would have failed
-            ReturnValues="UPDATED_OLD",
-        )
-
-    def get_many(self, topics: Sequence[str], *, consistent: bool = True) -> dict[str, Head]:
-        return self._batch_get(list(dict.fromkeys(topics)), consistent=consistent)
-
-    def create(self, head: Head, *, replacing: Head | None) -> bool:
-        if replacing is None:
-            cond: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
-        else:
-            cond = {
-                "ConditionExpression": "attribute_exists(dl) AND ep = :ep",
-                "ExpressionAttributeValues": {":ep": _n(replacing.epoch)},
-            }
-        return conditional(
-            self._ddb.put_item, TableName=self._table, Item=head_to_item(head), **cond
-        )
-
-    def put_config(self, head: Head, config: dict[str, Any]) -> bool:
-        return conditional(
-            self._ddb.update_item,
-            TableName=self._table,
-            Key={"pk": _s(head.topic)},
-            UpdateExpression="SET cfg = :cfg",
-            ConditionExpression="ep = :ep AND attribute_not_exists(dl)",
-            ExpressionAttributeValues={
-                ":cfg": _s(json.dumps(config, sort_keys=True)),
-                ":ep": _n(head.epoch),
-            },
-        )
-
-    def put_ext(self, head: Head, ext: str, claim: ProducerClaim | None = None) -> bool:
-        if not ext:
-            raise ValueError("ext must not be empty")
-        cond, values = _ext_condition(head.ext)
-        values.update({":x2": _s(ext), ":ep": _n(head.epoch), ":h": _n(head.head_seq)})
-        update: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": {"pk": _s(head.topic)},
-            "UpdateExpression": "SET x = :x2",
-            "ConditionExpression": f"ep = :ep AND hs = :h AND attribute_not_exists(dl) AND {cond}",
-            "ExpressionAttributeValues": values,
-        }
-        if claim is None:
-            return conditional(self._ddb.update_item, **update)
-        # the ext and a producer's claim at once (a close-only write with producer headers)
-        cid = new_cid()
-        now = int(time.time() * 1000)
-        items = [
-            *mark_cid([{"Update": update}], cid),
-            claim_op(
-                self._index_table,
-                head.topic,
-                head.epoch,
-                claim,
-                head.head_seq,
-                cid,
-                now,
-                ordered=False,
-            ),
-        ]
-        outcome = transact(self._ddb, items, cid)
-        if outcome.committed or any_mine(outcome.reasons, cid):
-            return True
-        reasons = outcome.reasons
-        if len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
-            raise AppendRejected(False, {}, claim_hits={claim.producer: claim_hit(reasons[1])})
-        return False
-
-    def mark_deleted(self, head: Head, *, if_empty: bool, if_ext: str | None = None) -> bool:
-        """Replace the head with its deleted marker, iff nothing was reserved since `head`
-        was read (so every seq of the incarnation is one the delete saw). A writer that
-        reserved before may still put its frame: it lands in a log nobody reads, and its
-        append is ordered before the delete. Reservations after it fail (`dl`)."""
-        marker = Head(
-            topic=head.topic,
-            epoch=head.epoch,
-            deleted=True,
-            config=head.config,
-            prev_head_seq=head.head_seq,
-        )
-        cond = "ep = :ep AND attribute_not_exists(dl) AND hs = :hs"
-        values: dict[str, Any] = {":ep": _n(head.epoch), ":hs": _n(head.head_seq)}
-        if if_empty:
-            cond += " AND cnt = :c0"  # counts every seq reserved, appends in flight too
-            values[":c0"] = _n(0)
-        if if_ext is not None:
-            ext_cond, ext_values = _ext_condition(if_ext)
-            cond += f" AND {ext_cond}"
-            values.update(ext_values)
-        return conditional(
-            self._ddb.put_item,
-            TableName=self._table,
-            Item=head_to_item(marker),
-            ConditionExpression=cond,
-            ExpressionAttributeValues=values,
-        )
-
-    def list_live(self, prefix: str, after: str | None, limit: int) -> list[Head]:
-        if after is not None and prefix and not after.startswith(prefix):
-            # DynamoDB rejects an ExclusiveStartKey outside the key condition ("does not match
-            # the range key predicate"). Such a cursor sorts before every prefixed name (drop
-            # it) or after all of them (nothing left). str order == UTF-8 byte order.
-            if after > prefix:
-                return []
-            after = None
-        key_cond = "gk = :gk"
-        values: dict[str, Any] = {":gk": _s(LIVE_GSI_KEY)}
-        if prefix:
-            key_cond += " AND begins_with(pk, :p)"
-            values[":p"] = _s(prefix)
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": HEADS.indexes[0].name,
-            "KeyConditionExpression": key_cond,
-            "ExpressionAttributeValues": values,
-            "Limit": limit,
-        }
-        if after is not None:
-            kwargs["ExclusiveStartKey"] = {"gk": _s(LIVE_GSI_KEY), "pk": _s(after)}
-        names: list[str] = []
-        while len(names) < limit:
-            resp = _call(self._ddb.query, **kwargs)
-            names.extend(it["pk"]["S"] for it in resp.get("Items", []))
-            lek = resp.get("LastEvaluatedKey")
-            if not lek:
-                break
-            kwargs["ExclusiveStartKey"] = lek
-            kwargs["Limit"] = limit - len(names)
-        # The index is KEYS_ONLY (so appends never write it); the heads come from the table,
-        # strongly consistent. A topic deleted in between simply drops out of the page.
-        heads = self._batch_get(names[:limit])
-        return [heads[n] for n in names[:limit] if n in heads and not heads[n].deleted]
-
-    def _batch_get(self, names: list[str], *, consistent: bool = True) -> dict[str, Head]:
-        out: dict[str, Head] = {}
-        for i in range(0, len(names), 100):
-            request: dict[str, Any] = {
-                self._table: {
-                    "Keys": [{"pk": _s(n)} for n in names[i : i + 100]],
-                    "ConsistentRead": consistent,
-                }
-            }
-            while request:
-                resp = _call(self._ddb.batch_get_item, RequestItems=request)
-                for item in resp.get("Responses", {}).get(self._table, []):
-                    head = head_from_item(item)
-                    out[head.topic] = head
-                request = resp.get("UnprocessedKeys") or {}
-        return out
-
-    def count_live(self, internal: bool = True) -> int:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": HEADS.indexes[0].name,
-            "KeyConditionExpression": "gk = :gk",
-            "ExpressionAttributeValues": {":gk": _s(LIVE_GSI_KEY)},
-            "Select": "COUNT",
-        }
-        if not internal:
-            # internal names start with "~", after every character a /v0 name may hold
-            kwargs["KeyConditionExpression"] += " AND pk < :internal"
-            kwargs["ExpressionAttributeValues"][":internal"] = _s(INTERNAL_PREFIX)
-        total = 0
-        while True:
-            resp = _call(self._ddb.query, **kwargs)
-            total += int(resp.get("Count", 0))
-            lek = resp.get("LastEvaluatedKey")
-            if not lek:
-                return total
-            kwargs["ExclusiveStartKey"] = lek
-
-    def total_live_bytes(self) -> int:
-        """Sum of retained record bytes over live topics: one paged Scan of the heads table
-        (the byte quota's recount; it runs only when that cap refuses a write)."""
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "ProjectionExpression": "byt",
-            "FilterExpression": "attribute_exists(gk)",
-        }
-        total = 0
-        while True:
-            resp = _call(self._ddb.scan, **kwargs)
-            total += sum(_i(it, "byt") for it in resp.get("Items", []))
-            lek = resp.get("LastEvaluatedKey")
-            if not lek:
-                return total
-            kwargs["ExclusiveStartKey"] = lek
-
-    def touch_read(self, head: Head, ts: int) -> None:
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key={"pk": _s(head.topic)},
-                UpdateExpression="SET lr = :ts",
-                ConditionExpression="ep = :ep AND attribute_not_exists(dl)",
-                ExpressionAttributeValues={":ts": _n(ts), ":ep": _n(head.epoch)},
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        except BotoCoreError as exc:
-            raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
-
-    def clear_tag_pending(self, head: Head, frame_seq: int) -> None:
-        try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key={"pk": _s(head.topic)},
-                UpdateExpression="REMOVE tp.#k",
-                ConditionExpression="ep = :ep",
-                ExpressionAttributeNames={"#k": str(frame_seq)},
-                ExpressionAttributeValues={":ep": _n(head.epoch)},
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise StorageUnavailable(f"storage error: {error_code(exc)}") from exc
-        except BotoCoreError as exc:
-            raise StorageUnavailable(f"storage unreachable: {type(exc).__name__}") from exc
+from headwater.storage.schema import HEADS, INDEX, LOG
 
 
 def _tag_sk(tag: str, frame_seq: int) -> str:
     # The fixed-width suffix makes the tag recoverable exactly whatever bytes it contains.
     return f"{tag}\x00{frame_seq:020d}"
-
-
-def read_head(client: Any, heads_table: str, topic: str, consistent: bool) -> Head | None:
-    """The topic's head item, or None if there is none."""
-    item = _call(
-        client.get_item, TableName=heads_table, Key={"pk": _s(topic)}, ConsistentRead=consistent
-    ).get("Item")
-    return head_from_item(item) if item is not None else None
 
 
 class DynamoLogTailStore:
@@ -818,7 +300,7 @@ class DynamoLogTailStore:
             # the head moves with the frame: its seqs (from where the writer read them, with
             # nothing reserved since) and counters, and the ext
             assert c.ext_expected is not None
-            ext_cond, ext_values = _ext_condition(c.ext_expected)
+            ext_cond, ext_values = ext_condition(c.ext_expected)
             cond_s += f" AND {ext_cond} AND hs = :h0"
             values.update(ext_values)
             n = c.last_seq - c.first_seq + 1
@@ -921,9 +403,9 @@ class DynamoLogTailStore:
     def get_frames(self, head: Head, frame_seqs: Sequence[int]) -> dict[int, Frame]:
         out: dict[int, Frame] = {}
         wanted = sorted(set(frame_seqs))
-        for i in range(0, len(wanted), _BATCH_GET_MAX):
+        for i in range(0, len(wanted), BATCH_GET_MAX):
             keys = [
-                {"pk": _s(head.frame_pk(s)), "sk": _n(s)} for s in wanted[i : i + _BATCH_GET_MAX]
+                {"pk": _s(head.frame_pk(s)), "sk": _n(s)} for s in wanted[i : i + BATCH_GET_MAX]
             ]
             request: dict[str, Any] = {self._log_table: {"Keys": keys, "ConsistentRead": True}}
             while request:
@@ -1137,11 +619,3 @@ def _delete_marks(table: str, key: dict[str, Any], fd: FrameDelete) -> dict[str,
             },
         }
     }
-
-
-def segment_pk(topic: str, epoch: int) -> str:
-    return f"g#{topic}#{epoch}"
-
-
-def segment_sk(last_seq: int) -> str:
-    return f"{last_seq:020d}"

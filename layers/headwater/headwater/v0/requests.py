@@ -1,5 +1,5 @@
 """The /v0 request helpers that do not depend on FastAPI: what POST /v0/topics/:topic and
-POST /v0/watch share with the WebSocket commands (http/ws_commands.py), so the WebSocket
+POST /v0/watch share with the WebSocket commands (ws/commands.py), so the WebSocket
 path (WsFunction on API Gateway) imports neither FastAPI nor the /v0 routes."""
 
 from __future__ import annotations
@@ -7,14 +7,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from headwater.engine.log import LogEngine
-from headwater.engine.values import AppendRequest, AppendResult
-from headwater.engine.watch import TopicRequest, WatchSpec
+from headwater.access.keys import Principal
+from headwater.engine import AppendRequest, AppendResult, LogEngine, TopicRequest, WatchSpec
 from headwater.errors import InvalidRequest
-from headwater.http.auth import Principal
-from headwater.http.v0_parse import boolean, require_object, require_text, u64
 from headwater.names import validate_topic_name
 from headwater.settings import Limits
+from headwater.v0.parse import boolean, require_object, require_text, u64
 
 DEFAULT_BATCH_BYTES = 262_144
 SERVER_BATCH_BYTES = 1 << 20  # max_batch_bytes: 0

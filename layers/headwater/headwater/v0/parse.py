@@ -9,9 +9,14 @@ import json
 from typing import Any
 
 from headwater import jsoncodec
-from headwater.engine.config import validate_config_patch
-from headwater.engine.records import NewRecord, encoded_size
-from headwater.engine.values import AppendRequest, DiffRequest, TagMatch
+from headwater.engine import (
+    AppendRequest,
+    DiffRequest,
+    NewRecord,
+    TagMatch,
+    encoded_size,
+    validate_config_patch,
+)
 from headwater.errors import BatchTooLarge, InvalidRequest, RecordTooLarge
 from headwater.settings import Limits
 

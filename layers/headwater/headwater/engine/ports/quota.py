@@ -1,0 +1,13 @@
+"""The deployment-wide counters behind the caps (engine/quotas.py; storage/quota.py): one
+counter per capped resource, reserved and released atomically against its cap."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class QuotaStore(Protocol):
+    def reserve(self, name: str, amount: int, cap: int | None) -> bool: ...
+    def release(self, name: str, amount: int) -> None: ...
+    def get(self, name: str) -> int | None: ...
+    def set_if(self, name: str, observed: int | None, value: int) -> bool: ...

@@ -16,6 +16,7 @@ __all__ = [
     "JsonPointerError",
     "flatten",
     "json_pointer_get",
+    "json_type_name",
     "parse_date_ms",
     "parse_json_pointer",
 ]
@@ -114,3 +115,24 @@ def parse_date_ms(text: str) -> int | None:
     except ValueError:
         return None
     return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def json_type_name(value: object, *, integer: bool = False) -> str:
+    """The JSON type of a decoded value, as error messages name it: "null", "boolean",
+    "number", "string", "array" or "object" (with `integer`, JSON Schema's "integer" for an
+    int); a value JSON cannot hold is named by its Python type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) and integer:
+        return "integer"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__

@@ -39,22 +39,6 @@ class ProfileError(ValueError):
 # --------------------------------------------------------------------------- small helpers
 
 
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
-
-
 def _object(value: object, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ProfileError(f"{where} must be an object")

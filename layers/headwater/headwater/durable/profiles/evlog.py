@@ -8,6 +8,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
+from headwater.durable.jsonvalue import json_type_name
 from headwater.durable.profiles.common import (
     _COLUMN_FLAGS,
     _KEYWORD_FLAGS,
@@ -24,7 +25,6 @@ from headwater.durable.profiles.common import (
     _reject_unknown,
     _string_list,
     _text,
-    _type_name,
 )
 
 
@@ -243,7 +243,7 @@ def _level(data: Mapping[str, Any], status: int | None) -> str:
 
 def normalize(profile: Mapping[str, Any], value: object, now_ms: int) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise ProfileError(f"evlog record must be an object, got {_type_name(value)}")
+        raise ProfileError(f"evlog record must be an object, got {json_type_name(value)}")
     status = _integer(value.get("status"))
     request_fields = profile.get("correlation", {}).get("requestIdFields")
     request_id = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from headwater.durable.jsonvalue import json_type_name
 from headwater.durable.profiles.common import (
     _COLUMN_FLAGS,
     _KEYWORD_FLAGS,
@@ -18,7 +19,6 @@ from headwater.durable.profiles.common import (
     _number,
     _text,
     _truncated,
-    _type_name,
 )
 
 METRICS_ENVELOPE_FIELDS: Final = (
@@ -256,7 +256,7 @@ def normalize(value: object) -> dict[str, Any]:
     histogram (first bucket whose cumulative count reaches the fraction), else 0.
     """
     if not isinstance(value, Mapping):
-        raise ProfileError(f"metrics record must be an object, got {_type_name(value)}")
+        raise ProfileError(f"metrics record must be an object, got {json_type_name(value)}")
     kind = _text(value.get("kind")) or "interval"
     if kind != "interval":
         raise ProfileError("metrics record.kind must be interval")

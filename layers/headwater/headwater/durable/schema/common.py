@@ -10,6 +10,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 from headwater.durable.jsonvalue import (
     JsonPointerError,
+    json_type_name,
     parse_json_pointer,
 )
 
@@ -64,21 +65,8 @@ def _truncate(text: str) -> str:
 
 
 def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
+    """JSON Schema's name for the value's type (ints are "integer")."""
+    return json_type_name(value, integer=True)
 
 
 def _is_int(value: object) -> bool:

@@ -329,9 +329,9 @@ def _assert_the_scan_sees_the_adapters(needs: dict[str, list[Need]]) -> None:
     for known in [
         ("dynamodb:Scan", "SessionsTable", False, "sessions.DynamoSessionStore.sweep"),
         ("dynamodb:DeleteItem", "SessionsTable", False, "sessions.DynamoSessionStore.sweep"),
-        ("dynamodb:Query", "HeadsTable", True, "dynamo.DynamoHeadStore.count_live"),
-        ("dynamodb:PutItem", "LogTable", False, "dynamo.DynamoLogTailStore.commit_append"),
-        ("dynamodb:UpdateItem", "HeadsTable", False, "dynamo.DynamoHeadStore.reserve"),
+        ("dynamodb:Query", "HeadsTable", True, "heads.DynamoHeadStore.count_live"),
+        ("dynamodb:PutItem", "LogTable", False, "log_tail.DynamoLogTailStore.commit_append"),
+        ("dynamodb:UpdateItem", "HeadsTable", False, "heads.DynamoHeadStore.reserve"),
         ("dynamodb:Query", "LogTable", False, "frame_chain.DynamoFrameChain.walk"),
     ]:
         assert known in flat, known

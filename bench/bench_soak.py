@@ -378,8 +378,8 @@ def _pooled_p99(load: Load, minutes: int) -> dict[str, float | None]:
 
 def _floor(samples: list[dict[str, Any]], lo_s: float, hi_s: float) -> int:
     """The lowest server RSS sampled in [lo_s, hi_s] (the nearest sample if none is)."""
-    inside = [int(x["rss_kb"]["server"]) for x in samples if lo_s <= x["t_s"] <= hi_s]
-    return min(inside) if inside else int(_at(samples, hi_s)["rss_kb"]["server"])
+    low = _floor_sample(samples, lo_s, hi_s) or _at(samples, hi_s)
+    return int(low["rss_kb"]["server"])
 
 
 def _floor_sample(samples: list[dict[str, Any]], lo_s: float, hi_s: float) -> Any:

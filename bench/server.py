@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import cProfile
-import ctypes
 import logging
 import os
 import re
@@ -37,6 +36,7 @@ import boto3
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from headwater import allocator
 from headwater.dev.server import serve
 from headwater.http.app import create_app
 from headwater.settings import Settings
@@ -96,31 +96,7 @@ _MARK: list[Any] = []
 async def trim(request: Request) -> Response:
     """glibc's malloc_trim(0): give back to the OS what the allocator keeps free, so the RSS
     that is left is what the process holds (bench_soak: held vs retained after a peak)."""
-    import ctypes
-
-    try:
-        released = ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError as exc:
-        return JSONResponse({"error": repr(exc)}, status_code=409)
-    return JSONResponse({"released": bool(released)})
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
+    return JSONResponse({"released": allocator.trim()})
 
 
 def _pymalloc() -> dict[str, int]:
@@ -152,19 +128,8 @@ def _pymalloc() -> dict[str, int]:
 
 async def heap(request: Request) -> Response:
     got: dict[str, Any] = {}
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = _MallInfo2
-        mi = libc.mallinfo2()
-        got["glibc"] = {
-            "heap_bytes": mi.arena,  # sbrk'd + the thread arenas' heaps
-            "in_use_bytes": mi.uordblks,
-            "free_bytes": mi.fordblks,
-            "mmapped_bytes": mi.hblkhd,
-            "top_releasable_bytes": mi.keepcost,
-        }
-    except (OSError, AttributeError) as exc:
-        got["glibc_error"] = repr(exc)
+    if (glibc := allocator.heap()) is not None:
+        got["glibc"] = glibc
     if request.query_params.get("types"):  # gc-tracked objects by type, most first
         import gc
 

@@ -74,6 +74,33 @@ def fix_mmap_threshold(n: int) -> bool:
     return bool(lib.mallopt(M_MMAP_THRESHOLD, n))
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def heap() -> dict[str, int] | None:
+    """glibc's own view of its heap (mallinfo2, every arena): what it holds from the OS, what
+    of that is in use and free, what is mapped on its own (None without glibc 2.33+)."""
+    lib = _glibc()
+    if lib is None or not hasattr(lib, "mallinfo2"):
+        return None
+    lib.mallinfo2.restype = _MallInfo2
+    mi = lib.mallinfo2()
+    return {
+        "heap_bytes": mi.arena,
+        "in_use_bytes": mi.uordblks,
+        "free_bytes": mi.fordblks,
+        "mmapped_bytes": mi.hblkhd,
+        "top_releasable_bytes": mi.keepcost,
+    }
+
+
 def trim() -> bool:
     """Give the free memory glibc keeps back to the OS (True when it released some)."""
     lib = _glibc()

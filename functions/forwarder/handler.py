@@ -3,8 +3,8 @@
 On AWS there is no long-lived process to run the forwarder loop, so every new log frame
 (one stream INSERT: pk = "<topic>#<epoch>", sk = the frame's last seq) runs the loop's own
 step, RouterEngine.forward_to_head, for each router whose source is that topic (through
-headwater.engine.routers.StreamBatch). Thin by design: no AWS client at import; the engine
-is built on the first invocation and kept for the execution environment's life.
+headwater.engine.router_stream.StreamBatch). Thin by design: no AWS client at import; the
+engine is built on the first invocation and kept for the execution environment's life.
 
 - Replays are no-ops: a router whose durable cursor has passed the frame is not touched.
 - A router leased by another forwarder (a uvicorn loop, another invocation) is skipped; the
@@ -48,7 +48,8 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from headwater.engine.ports import log_key_parts
-from headwater.engine.routers import RouterEngine, StreamBatch
+from headwater.engine.router_stream import StreamBatch
+from headwater.engine.routers import RouterEngine
 from headwater.engines import Core
 from headwater.obs import function_logger, traced
 from headwater.settings import Settings

@@ -17,7 +17,8 @@ from api_helpers import counting_engine
 from headwater.engine.log import LogEngine
 from headwater.engine.records import NewRecord
 from headwater.engine.values import AppendRequest, DiffRequest
-from headwater.engine.watch import TopicFeed, WatchEvent, WatchSpec
+from headwater.engine.watch import TopicFeed
+from headwater.engine.watch_values import WatchEvent, WatchSpec
 from headwater.settings import Settings
 from headwater.storage.schema import HEADS
 

@@ -17,7 +17,8 @@ import pytest
 from headwater.engine.log import LogEngine, wall_ms
 from headwater.engine.ports.routers import RouterItem
 from headwater.engine.records import NewRecord
-from headwater.engine.routers import BATCH, ForwardIncomplete, RouterEngine, StreamBatch
+from headwater.engine.router_stream import ForwardIncomplete, StreamBatch
+from headwater.engine.routers import BATCH, RouterEngine
 from headwater.engine.values import AppendRequest, DiffRequest
 from headwater.settings import Settings
 from headwater.storage.blobs import S3BlobStore

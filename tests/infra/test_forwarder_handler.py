@@ -21,7 +21,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from moto import mock_aws
 
-from headwater.engine import routers as routers_module
+from headwater.engine import router_stream as router_stream_module
 from headwater.engine.ports.routers import RouterItem
 from headwater.engine.records import NewRecord
 from headwater.engine.routers import RouterEngine
@@ -170,7 +170,7 @@ def test_router_leased_elsewhere_is_skipped_not_failed(
     module: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # (how long the handler watches a foreign owner before leaving the frame to it)
-    monkeypatch.setattr(routers_module, "STREAM_LEASE_WAIT_S", 0.3)
+    monkeypatch.setattr(router_stream_module, "STREAM_LEASE_WAIT_S", 0.3)
     r = module._engine()
     _given_the_recorded_log(r)
     # GIVEN another forwarder (a uvicorn loop) holds the orders->copy lease

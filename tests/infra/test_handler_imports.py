@@ -46,9 +46,10 @@ ROUTES = tuple(
 # the engines headwater.engines.Core builds on first use, and the ports only they need
 QUEUE = ("headwater.engine.queue", "headwater.engine.ports.queue", "headwater.storage.leases")
 ROUTER = ("headwater.engine.routers", "headwater.engine.ports.routers", "headwater.storage.routers")
+ROUTER_STREAM = ("headwater.engine.router_stream",)  # the forwarder Lambda's driver
 UPKEEP = ("headwater.engine.tiering",)
 WS = ("headwater.engine.ports.ws", "headwater.storage.ws_connections")
-ENGINES = QUEUE + ROUTER + UPKEEP + WS
+ENGINES = QUEUE + ROUTER + ROUTER_STREAM + UPKEEP + WS
 # the log engine's parts over its core (engines.Core.engine): every function but the sealer
 LOG_PARTS = (
     "headwater.engine.log",
@@ -112,9 +113,9 @@ def _loaded(function: str) -> list[str]:
         # Core builds its upkeep on the first sweep, over the log engine's core: the
         # engine's parts (append, reads, deletes) are never loaded
         ("sealer", ()),
-        # the log engine, the router engine it names and WebSocket delivery (the router
+        # the log engine, the router engine and its stream driver, WebSocket delivery (the router
         # store waits for the first batch), never the queue
-        ("forwarder", ROUTER[:2] + WS + LOG_PARTS),
+        ("forwarder", ROUTER[:2] + ROUTER_STREAM + WS + LOG_PARTS),
     ],
 )
 def test_a_background_function_loads_no_web_framework_geometry_or_surface(

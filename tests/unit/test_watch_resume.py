@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headwater.engine.ports import WatchSessionItem
-from headwater.engine.watch import (
+from headwater.engine.watch import WatchEngine
+from headwater.engine.watch_values import (
     TopicWatch,
-    WatchEngine,
     WatchSpec,
     decode_cursor_map,
     encode_cursor_map,

@@ -47,14 +47,8 @@ if TYPE_CHECKING:
         Settle,
         TagMatch,
     )
-    from headwater.engine.watch import (
-        TopicFeed,
-        TopicRequest,
-        WatchEngine,
-        WatchEvent,
-        WatchSpec,
-        resolve_starts,
-    )
+    from headwater.engine.watch import TopicFeed, WatchEngine, resolve_starts
+    from headwater.engine.watch_values import TopicRequest, WatchEvent, WatchSpec
 
 # name -> the module that defines it
 _WHERE: dict[str, str] = {
@@ -86,10 +80,8 @@ _WHERE: dict[str, str] = {
         ],
         "values",
     ),
-    **dict.fromkeys(
-        ["TopicFeed", "TopicRequest", "WatchEngine", "WatchEvent", "WatchSpec", "resolve_starts"],
-        "watch",
-    ),
+    **dict.fromkeys(["TopicFeed", "WatchEngine", "resolve_starts"], "watch"),
+    **dict.fromkeys(["TopicRequest", "WatchEvent", "WatchSpec"], "watch_values"),
 }
 
 __all__ = [

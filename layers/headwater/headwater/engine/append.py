@@ -5,7 +5,15 @@ with other writers), and the frame goes at its reserved key (docs/storage.md "Th
 sequencer"). Guards (a protocol layer's producer fencing, a stream's closed flag),
 idempotency keys and discard:"reject" caps are judged per request inside the group, on the
 head this process knows; the reservation is conditional on what they were judged on, so a
-stale head costs a re-judgement, never a wrong verdict."""
+stale head costs a re-judgement, never a wrong verdict.
+
+One piece on purpose (over 600 lines): the group commit is one state machine, judge ->
+reserve -> commit -> learn or fill -> settle, whose invariants span its steps (a reservation
+is conditional on the head the guards judged; a reservation that is not written is filled
+as a hole, never left behind; a lost answer is settled from what storage holds, never
+guessed). The values it shares with the rest of the engine are in values.py, the retry
+budget and the writer queue are the few lines above `Appender`; cutting the steps apart
+would put one transaction's reasoning in several files."""
 
 from __future__ import annotations
 

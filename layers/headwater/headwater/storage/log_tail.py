@@ -1,6 +1,12 @@
 """The DynamoDB adapter of the log-tail port (LogTailStore): a topic's frames in the log
 table (the one-write append, the transaction with idempotency keys, tags and producers'
-claims), holes, evictions, record deletes and frame summaries."""
+claims), holes, evictions, record deletes and frame summaries.
+
+One piece on purpose (over 600 lines): it is one adapter of one port, and every method
+writes or reads the same item layout (frame items at the reserved key, the head item's
+condition, the tag and idempotency items of one transaction); the layout's helpers shared
+with the heads adapter already live in head_items.py and ddb.py. Splitting it by method
+would put one DynamoDB item format in several files (docs/storage.md documents it as one)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,11 @@ and `tenant/slug` for superadmin tokens. The bearer closure URL (the inline fall
 the tenant; it is taken from a `tenant/slug` key, else from the `tenant=` argument, else
 learned from the path of the namespace's last server-issued snapshot URL (every connection
 starts with one, so an explicit `tenant=` is rarely needed).
+
+The checks are the server's own pure modules (`headwater.flags.apply`, `closure`, `delta`,
+`errors`, `manifest`, `snapshot`, `subscription`, `tarball`), installed with the client from
+the same distribution; they need nothing beyond the standard library (`.importlinter` keeps
+it so), and the Lambda layer ships no client.
 """
 
 from __future__ import annotations

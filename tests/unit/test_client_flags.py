@@ -1,4 +1,4 @@
-"""headwater.flags.client: the SSE decoder and FlagSubscriber's event handling against a fake
+"""headwater_client.flags: the SSE decoder and FlagSubscriber's event handling against a fake
 closure endpoint (httpx.MockTransport). Hashes and event payloads are built here by hand from
 the spec's rules, not with the module under test."""
 
@@ -18,8 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from headwater.flags.client import FlagSubscriber, SseDecoder, parse_sse
 from headwater.flags.tarball import build_snapshot
+from headwater_client.flags import FlagSubscriber, SseDecoder, parse_sse
 
 BASE = "http://flags.test"
 TOKEN = "tok_" + "x" * 30

@@ -23,10 +23,10 @@ import pytest
 import uvicorn
 
 from headwater.dev.server import GracefulServer
-from headwater.flags.client import FlagSubscriber
 from headwater.http.app import create_app
 from headwater.settings import FlagSettings, Settings
 from headwater.storage.clients import AwsClients
+from headwater_client.flags import FlagSubscriber
 
 WRITER = "writer_" + "w" * 30
 READER = "reader_" + "r" * 30

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import json
+import re
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -625,3 +630,41 @@ def test_bad_subscriptions_are_refused() -> None:
     for subs in ({}, {"billing": []}, {"billing": "A"}, {"billing:x": "*"}, {"a/b/c": "*"}):
         with pytest.raises(ValueError):
             FlagSubscriber(BASE, TOKEN, subs)
+
+
+# --- what the client needs installed -----------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+_BLOCKING_IMPORT = """
+import importlib.abc, sys
+blocked = set(sys.argv[1:])
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (not installed)")
+        return None
+sys.meta_path.insert(0, Block())
+import headwater_client, headwater_client.cli
+from headwater_client import FlagSubscriber
+"""
+
+
+def test_the_client_imports_without_the_layers_dependencies() -> None:
+    """`pip install '.[client]'` installs httpx, httpx-sse, typer and rich, and none of the
+    Lambda layer's runtime requirements: the client, FlagSubscriber and the flags modules it
+    shares included, imports with every one of them missing."""
+
+    def canon(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    lines = (REPO / "layers" / "headwater" / "requirements.txt").read_text().splitlines()
+    layer = {canon(line.split("==")[0]) for line in lines if line and not line.startswith("#")}
+    modules = importlib.metadata.packages_distributions()
+    blocked = sorted(m for m, dists in modules.items() if layer & {canon(d) for d in dists})
+    assert {"boto3", "fastapi", "orjson", "yaml"} <= set(blocked), blocked
+    out = subprocess.run(
+        [sys.executable, "-c", _BLOCKING_IMPORT, *blocked],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]

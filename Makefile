@@ -75,7 +75,7 @@ lint: deps-py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	PYTHONPATH=layers/headwater $(VENV)/bin/lint-imports --no-cache
+	PYTHONPATH=layers/headwater:clients/python $(VENV)/bin/lint-imports --no-cache
 
 fmt: deps-py
 	$(VENV)/bin/ruff format .

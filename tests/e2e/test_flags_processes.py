@@ -263,7 +263,7 @@ def spec_closure(files: dict[str, str], flags: set[str] | None) -> dict[str, byt
 def test_two_clients_follow_twenty_versions_and_a_stale_client_recovers_by_snapshot(
     start_servers: Callable[..., list[ServerProcess]],
 ) -> None:
-    from headwater.flags.client import FlagSubscriber
+    from headwater_client.flags import FlagSubscriber
 
     a, b = start_servers(2, **flag_env(HEADWATER_FLAGS_RETAIN_VERSIONS="3"))
     writer = httpx.Client(timeout=30, headers=AUTH)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from headwater.dev.server import EXAMPLE_FLAG_TOKENS, default_flag_tokens
-from headwater.flags.tokens import Kind, Permission, load_tokens
+from headwater.flags.principals import Kind, Permission
+from headwater.flags.tokens import load_tokens
 from headwater.settings import Settings
 
 

@@ -17,6 +17,7 @@ from headwater.flags.errors import (
     QueryTooLong,
     unknown_namespace,
 )
+from headwater.flags.principals import Kind, Permission, Principal
 from headwater.flags.snapshot import (
     closure_etag,
     decode_subscription,
@@ -26,7 +27,6 @@ from headwater.flags.snapshot import (
     snapshot_url,
 )
 from headwater.flags.subscription import Subscription, parse_events_request
-from headwater.flags.tokens import Kind, Permission, Principal
 
 pytestmark = pytest.mark.unit
 

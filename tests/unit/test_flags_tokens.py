@@ -12,9 +12,8 @@ import pytest
 
 from headwater.errors import ConfigurationError
 from headwater.flags.errors import ClosureTokenInvalid, Unauthorized
+from headwater.flags.principals import Kind, Permission
 from headwater.flags.tokens import (
-    Kind,
-    Permission,
     SnapshotScope,
     SnapshotSigner,
     TokenConfigError,

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater import jsoncodec
-from headwater.jsoncodec import MAX_DEPTH, NestingTooDeep
+from headwater import jsoncodec, jsondepth
+from headwater.jsoncodec import MAX_DEPTH
+from headwater.jsondepth import NestingTooDeep
 
 pytestmark = pytest.mark.unit
 
@@ -121,11 +122,11 @@ def test_deep_encoder_refuses_what_the_stdlib_refuses(bad: object) -> None:
 
 def test_nesting_error_skips_brackets_inside_strings() -> None:
     text = '["[[[[[[", {"{{{{": "]]]]"}, [[]]]'
-    assert jsoncodec.nesting_error(text, 3) is None
-    err = jsoncodec.nesting_error(text, 2)
+    assert jsondepth.nesting_error(text, 3) is None
+    err = jsondepth.nesting_error(text, 2)
     assert err is not None and err.pos == text.index("[[]]") + 1
     escaped = '["\\"[[[[", [1]]'  # an escaped quote does not end the string
-    assert jsoncodec.nesting_error(escaped, 2) is None
+    assert jsondepth.nesting_error(escaped, 2) is None
 
 
 def test_scalar_text_means_no_lone_surrogate() -> None:

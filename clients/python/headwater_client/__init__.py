@@ -2,8 +2,9 @@
 
 `Client` / `AsyncClient` speak the /v0 topics API (topics, append, diff and long-poll, watch
 over SSE with resume, queues); `Client.streams` speaks /v1 Durable Streams; `Worker` runs a
-queue's jobs. Install with `pip install 'headwater[client]'`; the `headwater` command is
-`headwater_client.cli`."""
+queue's jobs; `FlagSubscriber` follows feature-flag namespaces over `/api/v1/events`
+(docs/flags.md, "Python client"). Install with `pip install 'headwater[client]'`; the
+`headwater` command is `headwater_client.cli`."""
 
 from headwater_client._calls import NewRecord
 from headwater_client._version import __version__
@@ -22,6 +23,13 @@ from headwater_client.errors import (
     ServerError,
     Throttled,
     Unauthorized,
+)
+from headwater_client.flags import (
+    FlagSubscriber,
+    NamespaceStats,
+    RefreshError,
+    SubscriberFatal,
+    SubscriberStats,
 )
 from headwater_client.models import (
     AppendResult,
@@ -64,6 +72,7 @@ __all__ = [
     "DeleteTopicResult",
     "DiffResult",
     "ExtendResult",
+    "FlagSubscriber",
     "Forbidden",
     "Gone",
     "HeadwaterError",
@@ -71,6 +80,7 @@ __all__ = [
     "Job",
     "JobOutcome",
     "LeaseResult",
+    "NamespaceStats",
     "NewRecord",
     "NotAcceptable",
     "NotFound",
@@ -78,6 +88,7 @@ __all__ = [
     "PutTopicResult",
     "QueueCounters",
     "Record",
+    "RefreshError",
     "SearchHit",
     "SearchResult",
     "ServerError",
@@ -85,6 +96,8 @@ __all__ = [
     "StreamChunk",
     "StreamInfo",
     "Streams",
+    "SubscriberFatal",
+    "SubscriberStats",
     "Throttled",
     "Tombstone",
     "TopicState",

@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from headwater.jsondepth import NestingTooDeep
+
 #: The deepest nesting of arrays and objects accepted (`[]` is depth 1). orjson's limit: the
 #: fast parser enforces it natively and no payload stored before the cap existed went deeper.
 MAX_DEPTH = 1024
@@ -33,15 +35,6 @@ MAX_DEPTH = 1024
 _DIGIT_MAP = bytes(1 if 0x30 <= b <= 0x39 else 0 for b in range(256))
 _LONG_RUN = b"\x01" * 19
 _ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
-class NestingTooDeep(ValueError):
-    """Arrays and objects nested deeper than the limit; `pos` is where it was exceeded."""
-
-    def __init__(self, limit: int, pos: int) -> None:
-        super().__init__(f"JSON nested deeper than {limit} levels (at char {pos})")
-        self.limit = limit
-        self.pos = pos
 
 
 def _reject_constant(name: str) -> Any:
@@ -108,26 +101,7 @@ def is_scalar_text(text: str) -> bool:
     return True
 
 
-def nesting_error(text: str, limit: int) -> NestingTooDeep | None:
-    """The error for JSON `text` nesting arrays/objects deeper than `limit`, or None. A cheap
-    pre-check for parsers that recurse: strings are skipped whole, so brackets inside them do
-    not count. (Meant for valid-looking JSON: a malformed text gets an approximate answer.)"""
-    if text.count("[") + text.count("{") <= limit:
-        return None
-    depth = 0
-    for m in _STRUCTURE.finditer(text):
-        ch = m.group()
-        if ch in "[{":
-            depth += 1
-            if depth > limit:
-                return NestingTooDeep(limit, m.start())
-        elif ch in "]}":
-            depth -= 1
-    return None
-
-
 # --- without recursion -----------------------------------------------------------------------
-_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _LITERALS = {"null": None, "true": True, "false": False}

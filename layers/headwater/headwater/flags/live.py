@@ -45,10 +45,11 @@ from headwater.flags.delta import (
     plan_version_event,
     resync_event,
 )
+from headwater.flags.principals import Principal
 from headwater.flags.snapshot import snapshot_url
 from headwater.flags.store import Closure, Lru, ManifestStore, TreeIndex, topic_of
 from headwater.flags.subscription import NamespaceSubscription
-from headwater.flags.tokens import Principal, SnapshotScope, SnapshotSigner
+from headwater.flags.tokens import SnapshotScope, SnapshotSigner
 
 log = logging.getLogger(__name__)
 WATCH_TIMEOUT_S = 30.0

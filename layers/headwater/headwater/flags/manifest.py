@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headwater.flags.errors import InvalidRequest, PayloadTooLarge
-from headwater.jsoncodec import nesting_error
+from headwater.jsondepth import nesting_error
 
 Tree = Mapping[str, bytes]
 

@@ -32,6 +32,7 @@ from headwater.flags.lint import check
 from headwater.flags.live import FlagHub
 from headwater.flags.names import is_slug
 from headwater.flags.ports import ConnectionSlots
+from headwater.flags.principals import Permission, Principal
 from headwater.flags.snapshot import (
     ClosureRequest,
     closure_etag,
@@ -40,13 +41,7 @@ from headwater.flags.snapshot import (
 )
 from headwater.flags.store import ManifestStore, PublishResult, VersionInfo
 from headwater.flags.tarball import Snapshot
-from headwater.flags.tokens import (
-    Permission,
-    Principal,
-    SnapshotSigner,
-    TokenStore,
-    authenticate_header,
-)
+from headwater.flags.tokens import SnapshotSigner, TokenStore, authenticate_header
 
 log = logging.getLogger(__name__)
 

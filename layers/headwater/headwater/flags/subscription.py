@@ -36,7 +36,7 @@ from headwater.flags.errors import (
     InvalidSubscription,
     QueryTooLong,
 )
-from headwater.flags.tokens import Permission, Principal
+from headwater.flags.principals import Permission, Principal
 
 
 @dataclass(frozen=True, slots=True)

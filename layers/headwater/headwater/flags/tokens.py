@@ -31,7 +31,6 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ import yaml
 from headwater.errors import ConfigurationError
 from headwater.flags import names
 from headwater.flags.errors import ClosureTokenInvalid, Unauthorized
+from headwater.flags.principals import Kind, Permission, Principal
 
 ENV_VAR = "HEADWATER_FLAG_TOKENS"
 TOKEN_RE = re.compile(r"[\x21-\x7e]{24,512}")
@@ -47,40 +47,8 @@ SNAPSHOT_TTL_SECONDS = 60
 MIN_SIGNING_KEY_BYTES = 32
 
 
-class Kind(StrEnum):
-    SERVICE = "service"
-    NAMESPACE_CLIENT = "namespace-client"
-    SUPERADMIN = "superadmin"
-
-
-class Permission(StrEnum):
-    READ = "manifest.read"
-    WRITE = "manifest.write"
-
-
 class TokenConfigError(ConfigurationError):
     """A bad HEADWATER_FLAG_TOKENS: the process refuses to start. Never quotes a token."""
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    id: str
-    tenant: str  # "*" for superadmin
-    kind: Kind
-    permissions: frozenset[Permission]
-    namespaces: frozenset[str] | None  # None: every namespace
-
-    @property
-    def is_superadmin(self) -> bool:
-        return self.kind is Kind.SUPERADMIN
-
-    def may(self, permission: Permission, tenant: str, slug: str) -> bool:
-        """Whether this principal holds `permission` on namespace `tenant/slug`."""
-        if permission not in self.permissions:
-            return False
-        if not self.is_superadmin and tenant != self.tenant:
-            return False
-        return self.namespaces is None or slug in self.namespaces
 
 
 def token_digest(token: str) -> bytes:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from headwater.jsoncodec import nesting_error
+from headwater.jsondepth import nesting_error
 from headwater.notify.constraints import Constraint, parse_constraint
 from headwater.notify.errors import (
     FieldError,

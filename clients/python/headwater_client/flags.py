@@ -24,11 +24,19 @@ and `tenant/slug` for superadmin tokens. The bearer closure URL (the inline fall
 the tenant; it is taken from a `tenant/slug` key, else from the `tenant=` argument, else
 learned from the path of the namespace's last server-issued snapshot URL (every connection
 starts with one, so an explicit `tenant=` is rarely needed).
+
+The stream is read with httpx-sse's public API (`connect_sse`, `EventSource.iter_sse`);
+`read_timeout_s` bounds the wait for a byte, so a connection whose keepalives stop is dropped
+and reopened, and `stop()` shuts the open connection's socket down to end a blocked read.
+
+The checks are the server's own pure modules (`headwater.flags.apply`, `closure`, `delta`,
+`errors`, `manifest`, `snapshot`, `subscription`, `tarball`), installed with the client from
+the same distribution; they need nothing beyond the standard library (`.importlinter` keeps
+it so), and the Lambda layer ships no client.
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import email.utils
 import json
@@ -38,14 +46,14 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 import httpx
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+from httpx_sse import ServerSentEvent, connect_sse
 
 from headwater.flags.apply import ApplyMismatch, apply_inline, verify_snapshot
 from headwater.flags.closure import HASH_PREFIX, FlagSelection
@@ -62,78 +70,6 @@ EVENTS_PATH = "/api/v1/events"
 FATAL_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 414})
 _CLOSURE_PATH_RE = re.compile(r"^/api/v1/tenants/([^/]+)/namespaces/([^/]+)/closure$")
 _ETAG_RE = re.compile(r'^(?:W/)?"v([0-9]+)-(sha256:[0-9a-f]{64})"$')
-
-
-# --- SSE parsing: httpx-sse's line splitter and field decoder (HTML Living Standard,
-# "Server-sent events", interpreting an event stream), fed incrementally -----------------------
-@dataclass(frozen=True, slots=True)
-class ServerSentEvent:
-    event: str  # "message" when the stream named none
-    data: str
-    id: str | None  # the last event ID buffer at dispatch (None: never set)
-    retry_ms: int | None = None  # the last `retry:` seen (reconnection time)
-
-
-class SseDecoder:
-    """Incremental SSE decoder: `feed(bytes)` returns the events completed by those bytes.
-
-    Lines and fields are httpx-sse's (`SSELineDecoder`, `SSEDecoder`): lines end with CRLF, LF
-    or CR (a CR at a chunk's end waits for the next chunk); `:` lines are comments;
-    `field: value` strips one space after the colon; a line without a colon is a field with
-    an empty value; `data` lines join with `\\n`; an `id` containing NUL is ignored; unknown
-    fields are ignored; a blank line dispatches; an event still incomplete at the end of the
-    stream is discarded. On top of them, as the spec has it: the bytes are UTF-8 (split
-    anywhere), a leading BOM is dropped, an event without a data field is not dispatched,
-    `retry` must be all digits and is remembered across events. (httpx-sse's `EventSource`
-    reads a whole response; this client reads chunk by chunk so that `stop()` and a
-    reconnect request are seen between chunks, so it drives the same decoders itself.)"""
-
-    def __init__(self) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._lines = SSELineDecoder()
-        self._fields = SSEDecoder()
-        self._first = True
-        self._has_data = False  # the event being read has a data field
-        self.last_event_id: str | None = None
-        self.retry_ms: int | None = None
-
-    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        return self.feed_text(self._utf8.decode(chunk))
-
-    def feed_text(self, text: str) -> list[ServerSentEvent]:
-        if self._first and text:
-            self._first = False
-            text = text.removeprefix("\ufeff")
-        if not text:
-            return []
-        events: list[ServerSentEvent] = []
-        for line in self._lines.decode(text):
-            name = line.partition(":")[0]
-            if name == "retry":  # httpx-sse would take "-1" or " 5"; the spec wants digits
-                value = line[6:].removeprefix(" ")
-                if value.isascii() and value.isdigit():
-                    self.retry_ms = int(value)
-                continue
-            self._has_data = self._has_data or name == "data"
-            sse = self._fields.decode(line)
-            if line:
-                continue
-            has_data, self._has_data = self._has_data, False
-            if sse is None:
-                continue
-            if sse.id or self.last_event_id is not None:
-                self.last_event_id = sse.id  # an empty `id:` resets it (to "")
-            if has_data:  # httpx-sse also dispatches events that have no data field
-                events.append(
-                    ServerSentEvent(sse.event, sse.data, self.last_event_id, self.retry_ms)
-                )
-        return events
-
-
-def parse_sse(chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:
-    decoder = SseDecoder()
-    for chunk in chunks:
-        yield from decoder.feed(chunk)
 
 
 # --- state ----------------------------------------------------------------------------------
@@ -471,29 +407,46 @@ class FlagSubscriber:
         self._reconnect.clear()
         healthy = False
         try:
-            with self._http.stream("GET", url, headers=headers, timeout=self._timeout) as response:
+            with connect_sse(
+                self._http, "GET", url, headers=headers, timeout=self._timeout
+            ) as source:
+                response = source.response
                 if response.status_code != 200:
                     response.read()
                     return False, self._refused(response)
                 with self._cond:
                     self._connections += 1
                     self._seen_on_connection = set()
+                # An event stream is UTF-8 whatever its charset says, and a leading BOM is
+                # not part of it (HTML, "Server-sent events"): utf-8-sig decodes it so.
+                response.encoding = "utf-8-sig"
                 self._active = response
                 try:
-                    decoder = SseDecoder()
-                    for chunk in response.iter_bytes():
-                        for event in decoder.feed(chunk):
-                            self._server_retry_ms = event.retry_ms
-                            if self.handle_event(event.event, event.id, event.data):
-                                healthy = True
+                    for sse in source.iter_sse():
+                        if self._dispatch(sse):
+                            healthy = True
                         if self._stop.is_set() or self._reconnect.is_set():
                             break
                 finally:
                     self._active = None
-        except httpx.HTTPError as exc:
+        except httpx.HTTPError as exc:  # transport errors, read timeouts, SSEError
             if not self._stop.is_set():
                 self._record(None, "connection", f"{type(exc).__name__}: {exc}")
         return healthy, None
+
+    def _dispatch(self, sse: ServerSentEvent) -> bool:
+        """One event of httpx-sse's parser (lines split at CR, LF or CRLF, comments, `data`
+        lines joined, the last event ID kept across events, an unfinished event at the end
+        dropped). On top of it, as the standard has it: the reconnection time (`retry:`)
+        holds until the server sends another, and only a non-negative one counts; an event
+        without data is not handled (httpx-sse yields one for an `id:`- or `retry:`-only
+        block, and for the blank line after a `:keepalive` once an id was seen; it cannot
+        tell an empty `data:` from none, and neither is a version or resync payload)."""
+        if sse.retry is not None and sse.retry >= 0:
+            self._server_retry_ms = sse.retry
+        if not sse.data:
+            return False
+        return self.handle_event(sse.event, sse.id or None, sse.data)
 
     def _refused(self, response: httpx.Response) -> float | None:
         status = response.status_code

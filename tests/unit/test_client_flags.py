@@ -1,25 +1,32 @@
-"""headwater.flags.client: the SSE decoder and FlagSubscriber's event handling against a fake
-closure endpoint (httpx.MockTransport). Hashes and event payloads are built here by hand from
-the spec's rules, not with the module under test."""
+"""headwater_client.flags: FlagSubscriber's event handling against a fake closure endpoint
+(httpx.MockTransport), and the event streams it reads (httpx-sse's parser under it, plus the
+standard's rules it adds: a BOM, UTF-8 whatever the charset, `retry`, events without data).
+Hashes and event payloads are built here by hand from the spec's rules, not with the module
+under test."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import json
+import re
 import struct
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
-from headwater.flags.client import FlagSubscriber, SseDecoder, parse_sse
 from headwater.flags.tarball import build_snapshot
+from headwater_client.flags import FlagSubscriber
 
 BASE = "http://flags.test"
 TOKEN = "tok_" + "x" * 30
@@ -158,49 +165,6 @@ def at_v1(server: FakeServer, **kw: Any) -> FlagSubscriber:
     assert sub.handle_event("version", "billing:1", snapshot_event(1))
     assert sub.tree("billing") == V1
     return sub
-
-
-# --- SSE decoding -------------------------------------------------------------------------------
-def feed_all(*chunks: bytes) -> list[tuple[str, str, str | None]]:
-    dec = SseDecoder()
-    out = []
-    for c in chunks:
-        out += [(e.event, e.data, e.id) for e in dec.feed(c)]
-    return out
-
-
-def test_sse_basic_fields_and_default_type() -> None:
-    assert feed_all(b"event: version\nid: billing:1\ndata: {}\n\ndata: x\n\n") == [
-        ("version", "{}", "billing:1"),
-        ("message", "x", "billing:1"),  # the id buffer persists; type resets
-    ]
-
-
-def test_sse_multiline_data_comments_and_one_space() -> None:
-    stream = b":keepalive\n\ndata:a\ndata:  b\n: note\ndata\n\n"
-    assert feed_all(stream) == [("message", "a\n b\n", None)]
-
-
-def test_sse_line_endings_split_anywhere() -> None:
-    stream = "event: e\r\ndata: é1\rdata: 2\r\n\r\nevent: f\ndata: 3\n\n".encode()
-    expected = [("e", "é1\n2", None), ("f", "3", None)]
-    assert feed_all(stream) == expected
-    # every split point, including inside CRLF and inside the two-byte é
-    for i in range(1, len(stream)):
-        assert feed_all(stream[:i], stream[i:]) == expected, i
-    assert feed_all(*[stream[i : i + 1] for i in range(len(stream))]) == expected
-
-
-def test_sse_empty_data_no_dispatch_nul_id_retry_bom_and_tail() -> None:
-    dec = SseDecoder()
-    events = dec.feed(
-        b"\xef\xbb\xbfevent: x\nid: 7\n\nid: a\x00b\nretry: 1500\nretry: x\ndata: y\n\n"
-    )
-    assert [(e.event, e.data, e.id, e.retry_ms) for e in events] == [("message", "y", "7", 1500)]
-    assert dec.feed(b"data: incomplete\n") == []  # no blank line: never dispatched
-    assert list(parse_sse([b"data: z\n", b"\n", b"data: lost"])) == [
-        type(events[0])("message", "z", None, None)
-    ]
 
 
 # --- snapshot and inline ----------------------------------------------------------------------
@@ -452,6 +416,9 @@ def test_garbage_and_foreign_events_are_recorded_not_raised() -> None:
 
 
 # --- the connection loop over a fake events endpoint ------------------------------------------
+SSE_HEADERS = {"Content-Type": "text/event-stream"}
+
+
 def sse(*events: tuple[str, str, str]) -> bytes:
     return b"".join(f"event: {e}\nid: {i}\ndata: {d}\n\n".encode() for e, i, d in events)
 
@@ -468,7 +435,7 @@ def test_run_once_streams_and_resumes_with_hints() -> None:
             ("version", "billing:1", snapshot_event(1)),
             ("version", "billing:2", json.dumps(inline_v2())),
         )
-        return httpx.Response(200, content=b":keepalive\n\n" + body)
+        return httpx.Response(200, content=b":keepalive\n\n" + body, headers=SSE_HEADERS)
 
     sub = FlagSubscriber(
         BASE, TOKEN, {"billing": "a,b"}, http=httpx.Client(transport=httpx.MockTransport(handler))
@@ -483,6 +450,115 @@ def test_run_once_streams_and_resumes_with_hints() -> None:
     assert second.headers["last-event-id"] == "billing:2"
     assert second.headers["authorization"] == f"Bearer {TOKEN}"
     assert sub.stats().connections == 2
+
+
+def awkward_stream() -> bytes:
+    """One connection's stream written every way the standard allows: a BOM, a `retry` on
+    its own, a comment, CRLF, CR and LF line endings, `data:` with and without the space and a
+    payload over several data lines, a non-ASCII payload, a bad and a bare `retry`, an event
+    without data, and an event the stream ends before finishing."""
+    crlf = f"event: version\r\nid: billing:1\r\ndata: {snapshot_event(1)}\r\n\r\n"
+    lines = json.dumps(inline_v2(), indent=1).split("\n")
+    data = "".join(f"data:{line}\r" if i % 2 else f"data: {line}\r" for i, line in enumerate(lines))
+    cr = f"event: version\rid: billing:2\r{data}\r"
+    foreign = json.dumps({**inline_v2(), "namespace": "é🙂", "version": 9}, ensure_ascii=False)
+    v3 = {
+        "protocol": "v2",
+        "namespace": "billing",
+        "version": 3,
+        "prev_version": 2,
+        "prev_closure_hash": chash(V2),
+        "closure_hash": chash(V3),
+        "delivery": "inline",
+        "files": [content_entry("flags/b.toml", "modified", V3["flags/b.toml"])],
+    }
+    text = (
+        "\ufeffretry: 1500\n\n:keepalive\n\n"
+        + crlf
+        + cr
+        + f"event: version\nid: billing:9\ndata: {foreign}\n\n"
+        + "retry: -1\nretry: x\n\n"
+        + "event: version\nid: billing:7\n\n"  # no data field: not dispatched
+        + f"event: version\nid: billing:3\ndata: {json.dumps(v3)}\n"  # no blank line
+    )
+    return text.encode()
+
+
+@pytest.mark.parametrize(
+    ("chunked", "charset"),
+    [(False, ""), (True, ""), (True, "; charset=iso-8859-1")],
+    ids=["whole", "byte-by-byte", "charset-ignored"],
+)
+def test_event_stream_parsing(chunked: bool, charset: str) -> None:
+    closures = FakeServer()
+    body = awkward_stream()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/api/v1/events":
+            return closures(request)
+        headers = {"Content-Type": "text/event-stream" + charset}
+        if not chunked:
+            return httpx.Response(200, content=body, headers=headers)
+        # every boundary splits something: the BOM, a CRLF, a CR and the next line, an é
+        one_byte_chunks = iter([body[i : i + 1] for i in range(len(body))])
+        return httpx.Response(200, content=one_byte_chunks, headers=headers)
+
+    sub = FlagSubscriber(
+        BASE,
+        TOKEN,
+        {"billing": "a,b"},
+        http=httpx.Client(transport=httpx.MockTransport(handler)),
+        reconnect_min_s=0.01,
+        reconnect_max_s=30,
+    )
+    assert sub.run_once() == (True, None)
+    # the snapshot, then the inline delta spread over CR-terminated data lines, and not v3
+    assert sub.tree("billing") == V2 and sub.version("billing") == 2
+    stats = sub.stats().namespaces["billing"]
+    assert (stats.snapshots_applied, stats.inline_applied, stats.errors) == (1, 1, 0)
+    # the payload was read as UTF-8 (the label quoted in the error), and the event without
+    # data after it recorded nothing
+    err = sub.last_refresh_error()
+    assert err is not None and err.point == "protocol" and "'é🙂'" in err.message, err
+    # retry: 1500 holds (the negative and non-numeric ones do not count)
+    assert all(0.75 <= sub._backoff(0) <= 1.5 for _ in range(20))
+    _, headers = sub.events_request()
+    assert headers["Last-Event-ID"] == "billing:2"
+
+
+def test_a_stream_that_is_not_an_event_stream_is_a_connection_failure() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/api/v1/events":
+            return FakeServer()(request)
+        body = sse(("version", "billing:1", snapshot_event(1)))
+        return httpx.Response(200, content=body, headers={"Content-Type": "text/plain"})
+
+    sub = FlagSubscriber(
+        BASE, TOKEN, {"billing": "a,b"}, http=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    assert sub.run_once() == (False, None)
+    assert sub.tree("billing") is None and sub.fatal_error is None
+    err = sub.last_refresh_error()
+    assert err is not None and err.point == "connection" and "text/event-stream" in err.message
+
+
+def test_a_transport_error_mid_stream_keeps_what_was_applied() -> None:
+    def chunks() -> Iterator[bytes]:
+        yield sse(("version", "billing:1", snapshot_event(1)))
+        raise httpx.ReadTimeout("no keepalive")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/api/v1/events":
+            return FakeServer()(request)
+        return httpx.Response(200, content=chunks(), headers=SSE_HEADERS)
+
+    sub = FlagSubscriber(
+        BASE, TOKEN, {"billing": "a,b"}, http=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    assert sub.run_once() == (True, None)  # healthy: v1 was applied before the error
+    assert sub.tree("billing") == V1
+    err = sub.last_refresh_error()
+    assert err is not None and err.point == "connection" and "ReadTimeout" in err.message
 
 
 @pytest.mark.parametrize("status", [400, 401, 403])
@@ -518,7 +594,8 @@ def test_retryable_statuses_back_off_and_honour_retry_after() -> None:
             return httpx.Response(429, headers={"Retry-After": "0"}, json={})
         if n == 2:
             return httpx.Response(503, json={})
-        return httpx.Response(200, content=sse(("version", "billing:1", snapshot_event(1))))
+        body = sse(("version", "billing:1", snapshot_event(1)))
+        return httpx.Response(200, content=body, headers=SSE_HEADERS)
 
     sub = FlagSubscriber(
         BASE,
@@ -553,3 +630,41 @@ def test_bad_subscriptions_are_refused() -> None:
     for subs in ({}, {"billing": []}, {"billing": "A"}, {"billing:x": "*"}, {"a/b/c": "*"}):
         with pytest.raises(ValueError):
             FlagSubscriber(BASE, TOKEN, subs)
+
+
+# --- what the client needs installed -----------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+_BLOCKING_IMPORT = """
+import importlib.abc, sys
+blocked = set(sys.argv[1:])
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (not installed)")
+        return None
+sys.meta_path.insert(0, Block())
+import headwater_client, headwater_client.cli
+from headwater_client import FlagSubscriber
+"""
+
+
+def test_the_client_imports_without_the_layers_dependencies() -> None:
+    """`pip install '.[client]'` installs httpx, httpx-sse, typer and rich, and none of the
+    Lambda layer's runtime requirements: the client, FlagSubscriber and the flags modules it
+    shares included, imports with every one of them missing."""
+
+    def canon(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    lines = (REPO / "layers" / "headwater" / "requirements.txt").read_text().splitlines()
+    layer = {canon(line.split("==")[0]) for line in lines if line and not line.startswith("#")}
+    modules = importlib.metadata.packages_distributions()
+    blocked = sorted(m for m, dists in modules.items() if layer & {canon(d) for d in dists})
+    assert {"boto3", "fastapi", "orjson", "yaml"} <= set(blocked), blocked
+    out = subprocess.run(
+        [sys.executable, "-c", _BLOCKING_IMPORT, *blocked],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]

@@ -1,7 +1,8 @@
 """FlagSubscriber against the real app under uvicorn (a background thread on a free loopback
 port, in-process moto): it follows published versions, its trees and hashes equal closures
 computed here from the published files and the spec's rules, it reconnects through a server
-restart and recovers with a snapshot, and a 403 stops it."""
+restart and recovers with a snapshot, and a 403 stops it. Against a raw socket that goes
+silent: the read timeout drops the connection, and stop() ends a blocked read."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ import pytest
 import uvicorn
 
 from headwater.dev.server import GracefulServer
-from headwater.flags.client import FlagSubscriber
 from headwater.http.app import create_app
 from headwater.settings import FlagSettings, Settings
 from headwater.storage.clients import AwsClients
+from headwater_client.flags import FlagSubscriber
 
 WRITER = "writer_" + "w" * 30
 READER = "reader_" + "r" * 30
@@ -267,6 +268,68 @@ def test_forbidden_token_stops_the_subscriber(flag_settings: Settings, aws: AwsC
                 time.sleep(0.02)
             assert not sub.running
             assert sub.stats().connections == 0 and sub.tree("billing") is None
+
+
+@contextmanager
+def stalling_events() -> Iterator[str]:
+    """An events endpoint that answers 200 and one `:keepalive`, then goes silent with the
+    connection open (a raw socket server: the app always keeps alive)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                got = conn.recv(4096)
+                if not got:
+                    break
+                request += got
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\nc\r\n:keepalive\n\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        done.set()
+        listener.close()
+        for conn in held:
+            conn.close()
+        thread.join(5)
+
+
+def test_a_silent_stream_is_dropped_after_the_read_timeout() -> None:
+    with stalling_events() as base:
+        sub = FlagSubscriber(base, READER, {"billing": "*"}, read_timeout_s=0.3)
+        started = time.monotonic()
+        assert sub.run_once() == (False, None)
+        assert time.monotonic() - started < 5
+        err = sub.last_refresh_error()
+        assert err is not None and err.point == "connection" and "ReadTimeout" in err.message
+        assert sub.stats().connections == 1
+        sub.stop()
+
+
+def test_stop_interrupts_a_blocked_read() -> None:
+    with stalling_events() as base:
+        sub = FlagSubscriber(base, READER, {"billing": "*"}, read_timeout_s=60).start()
+        deadline = time.monotonic() + 10
+        while sub.stats().connections == 0:
+            assert time.monotonic() < deadline, "never connected"
+            time.sleep(0.01)
+        time.sleep(0.1)  # past the keepalive: blocked reading
+        started = time.monotonic()
+        sub.stop()
+        assert time.monotonic() - started < 3 and not sub.running
+        assert sub.last_refresh_error() is None  # a stop is not a connection failure
 
 
 ADMIN = "admin__" + "a" * 30

@@ -9,7 +9,7 @@ byte-identical objects at the same keys, and a job run twice (or twice at once) 
 same bytes and loses the catalogue race harmlessly.
 
 Companion keys are derived, not recorded: next to the segment (`<segment key>.cix`,
-index/companion.py), so a reader that knows the catalogue (generation, covered prefix) and the
+engine/segment.py), so a reader that knows the catalogue (generation, covered prefix) and the
 segment list knows every key, and whatever deletes a segment deletes its companion too
 (engine/tiering.py). A new plan (the search config changed) resets the catalogue to cover
 nothing under the new generation; segments are then rebuilt oldest first, each companion
@@ -28,10 +28,11 @@ from typing import Any
 from headwater.engine import companion_key, decode_segment
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
-from headwater.index.companion import build_companion, docs_from_records
+from headwater.index.docs import docs_from_records
 from headwater.index.plan import IndexPlan
 from headwater.index.ports import BlobPort, CataloguePort, SegmentLister
 from headwater.index.runs import compact_runs
+from headwater.index.writer import build_companion
 
 
 @contextlib.contextmanager

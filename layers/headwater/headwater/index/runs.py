@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 from headwater.engine import companion_key, lexicon_run_key
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
-from headwater.index.companion import Companion, CompanionError
+from headwater.index.companion import Companion
+from headwater.index.format import CompanionError
 from headwater.index.ports import BlobPort, CataloguePort, SegmentLister
 
 RUN_SEGMENTS = 16

@@ -90,3 +90,11 @@ def test_a_surface_importing_an_engine_module_breaks_a_contract(tmp_path: Path) 
     out = _lint(_copy_with(tmp_path, "notify/store.py", "from headwater.engine import log"))
     assert out.returncode != 0
     assert "headwater.notify.store -> headwater.engine.log" in out.stdout, out.stdout[-3000:]
+
+
+def test_durable_importing_the_search_index_breaks_a_contract(tmp_path: Path) -> None:
+    # the index sits on durable (filter, fields, aggregate); durable.inspect types the lexicon
+    # runs it reads as a Protocol instead of importing index.runs
+    out = _lint(_copy_with(tmp_path, "durable/inspect.py", "from headwater.index import runs"))
+    assert out.returncode != 0
+    assert "headwater.durable.inspect -> headwater.index.runs" in out.stdout, out.stdout[-3000:]

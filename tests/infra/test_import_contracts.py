@@ -115,3 +115,11 @@ def test_the_layer_importing_the_client_breaks_a_contract(tmp_path: Path) -> Non
     out = _lint(_copy_with(tmp_path, "flags/live.py", "import headwater_client"))
     assert out.returncode != 0
     assert "headwater.flags.live -> headwater_client" in out.stdout, out.stdout[-3000:]
+
+
+def test_durable_importing_the_search_index_breaks_a_contract(tmp_path: Path) -> None:
+    # the index sits on durable (filter, fields, aggregate); durable.inspect types the lexicon
+    # runs it reads as a Protocol instead of importing index.runs
+    out = _lint(_copy_with(tmp_path, "durable/inspect.py", "from headwater.index import runs"))
+    assert out.returncode != 0
+    assert "headwater.durable.inspect -> headwater.index.runs" in out.stdout, out.stdout[-3000:]

@@ -30,19 +30,13 @@ from headwater.durable.offsets import encode_offset
 from headwater.durable.schema import search_fields
 from headwater.engine.records import StoredRecord
 from headwater.engine.segment import companion_key
-from headwater.index import companion as companion_mod
-from headwater.index.companion import (
-    UNDECODABLE,
-    Companion,
-    CompanionError,
-    SectionNotLoaded,
-    SegmentDoc,
-    build_companion,
-    docs_from_records,
-    full_span,
-    version_at,
-)
+from headwater.index import agg
+from headwater.index.agg import full_span
+from headwater.index.companion import Companion
+from headwater.index.docs import UNDECODABLE, SegmentDoc, docs_from_records, version_at
+from headwater.index.format import CompanionError, SectionNotLoaded
 from headwater.index.plan import IndexPlan
+from headwater.index.writer import build_companion
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -606,7 +600,7 @@ def test_rollup_windows_known_values() -> None:
 @contextlib.contextmanager
 def _per_document_rollups() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(companion_mod, "_columnar", lambda r: False)
+        mp.setattr(agg, "_columnar", lambda r: False)
         yield
 
 
@@ -618,8 +612,8 @@ def test_the_columnar_rollup_path_writes_what_the_per_document_path_writes(
     """r3 takes the columnar path; forced through Rollup.contribution document by document,
     the companion's bytes (float sums, histograms, window and group order) are the same."""
     plan = _plan(REG)
-    assert companion_mod._columnar(companion_mod._rollup_evaluator(REG, "r3", "1s"))
-    assert not companion_mod._columnar(companion_mod._rollup_evaluator(REG, "r1", "1s"))
+    assert agg._columnar(agg._rollup_evaluator(REG, "r3", "1s"))
+    assert not agg._columnar(agg._rollup_evaluator(REG, "r1", "1s"))
     columnar = build_companion(plan, docs)
     with _per_document_rollups():
         by_doc = build_companion(plan, docs)
@@ -709,8 +703,9 @@ def test_build_is_deterministic_and_order_independent(
 
 _SUBPROCESS = """
 import json, sys
-from headwater.index.companion import SegmentDoc, build_companion, UNDECODABLE
+from headwater.index.docs import SegmentDoc, UNDECODABLE
 from headwater.index.plan import IndexPlan
+from headwater.index.writer import build_companion
 reg, docs = json.load(sys.stdin)
 plan = IndexPlan.from_registry(reg)
 docs = [SegmentDoc(s, t, k, UNDECODABLE if u else v, ver) for s, t, k, v, u, ver in docs]
@@ -1012,7 +1007,7 @@ def test_index_imports_only_pure_modules() -> None:
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=f"{root / 'layers' / 'headwater'}{os.pathsep}{root}")
     code = (
-        "import sys, headwater.index.companion, headwater.index.plan\n"
+        "import sys, headwater.index.companion, headwater.index.writer, headwater.index.plan\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('jsonschema', 'boto3',"
         " 'botocore', 'aioboto3') or m in ('headwater.durable.schema',"
         " 'headwater.durable.search', 'headwater.durable.aggregate') or"
@@ -1101,11 +1096,11 @@ def test_field_columns_equal_each_docs_values(
     """The builder reads a field a column at a time (one schema version, a one-token
     pointer), with the common `...T00:00:00.000Z` date shape parsed per minute: every doc's
     values are what the evaluator reads (FieldSpec.values), whatever the docs hold."""
-    from headwater.index.companion import _PerDoc
+    from headwater.index.columns import PerDoc
 
     versions = [docs[0][1]] * len(docs) if one else [v for _, v in docs]
     values = [d for d, _ in docs]
-    per_doc = _PerDoc(values, versions)
+    per_doc = PerDoc(values, versions)
     for spec in _COLUMN_FIELDS.values():
         got = [list(x) for x in per_doc.of(spec)]
         want = [spec.values(d, v) for d, v in zip(values, versions, strict=True)]
@@ -1114,7 +1109,7 @@ def test_field_columns_equal_each_docs_values(
 
 
 def test_date_column_parses_the_common_shape_exactly() -> None:
-    from headwater.index.companion import _PerDoc
+    from headwater.index.columns import PerDoc
 
     spec = _COLUMN_FIELDS["date0"]
     texts = [
@@ -1126,7 +1121,7 @@ def test_date_column_parses_the_common_shape_exactly() -> None:
         "2026-01-01T24:00:00.000Z",  # no such hour
         "2026-01-01T00:00:60.000Z",  # no such second
     ]
-    got = _PerDoc([{"a": t} for t in texts], [None] * len(texts)).of(spec)
+    got = PerDoc([{"a": t} for t in texts], [None] * len(texts)).of(spec)
     assert [list(g) for g in got] == [
         [1767225600000],
         [1767225659999],

@@ -16,7 +16,7 @@ import os
 import resource
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from headwater import allocator
 from headwater.durable import profiles
@@ -27,9 +27,6 @@ from headwater.durable.state import StreamState, name_of
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
 
-if TYPE_CHECKING:
-    from headwater.index.runs import LexiconRun
-
 ROUTING_DEFAULT_LIMIT: Final = 100
 ROUTING_MAX_LIMIT: Final = 500
 ROUTING_TIMEOUT_MS: Final = 3000
@@ -38,13 +35,28 @@ _STARTED = time.time()
 
 
 # --------------------------------------------------------------------------- routing keys
+class KeyRun(Protocol):
+    """A lexicon run as a page of routing keys reads it (index/runs.py's LexiconRun): the
+    sorted distinct keys of a run of consecutive sealed segments, usable for listing while
+    the stream's segments it spans are still exactly the ones it was built over."""
+
+    @property
+    def first_seq(self) -> int: ...
+
+    @property
+    def keys(self) -> Sequence[str]: ...
+
+    def listable(self, by_first: dict[int, SegmentItem]) -> bool: ...
+
+
 class KeyIndex(Protocol):
     """The routing keys a sealed segment's index companion holds (None: no usable one), and
-    the lexicon run over it (index/runs.py; None: none)."""
+    the lexicon run over it (None: none); index/reader.py's StreamIndex. Typed here, so
+    durable sits below the index and never imports it."""
 
     async def keys_of(self, seg: SegmentItem) -> Sequence[str] | None: ...
 
-    async def run_for(self, seg: SegmentItem) -> LexiconRun | None: ...
+    async def run_for(self, seg: SegmentItem) -> KeyRun | None: ...
 
 
 class _Page:

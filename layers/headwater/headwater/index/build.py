@@ -9,7 +9,7 @@ byte-identical objects at the same keys, and a job run twice (or twice at once) 
 same bytes and loses the catalogue race harmlessly.
 
 Companion keys are derived, not recorded: next to the segment (`<segment key>.cix`,
-index/companion.py), so a reader that knows the catalogue (generation, covered prefix) and the
+engine/segment.py), so a reader that knows the catalogue (generation, covered prefix) and the
 segment list knows every key, and whatever deletes a segment deletes its companion too
 (engine/tiering.py). A new plan (the search config changed) resets the catalogue to cover
 nothing under the new generation; segments are then rebuilt oldest first, each companion
@@ -23,14 +23,16 @@ import dataclasses
 import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from headwater.engine import companion_key, decode_segment
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
-from headwater.index.companion import build_companion, docs_from_records
+from headwater.index.docs import docs_from_records
 from headwater.index.plan import IndexPlan
+from headwater.index.ports import BlobPort, CataloguePort, SegmentLister
 from headwater.index.runs import compact_runs
+from headwater.index.writer import build_companion
 
 
 @contextlib.contextmanager
@@ -76,24 +78,6 @@ class Progress:
     keys: list[str] = field(default_factory=list)
     runs: int = 0  # lexicon runs the catalogue lists after the pass
     catalogue: Catalogue | None = None  # as published (None: not read or lost)
-
-
-class SegmentLister(Protocol):
-    """The segment port's `after` (storage/segments.py)."""
-
-    def after(self, head: Head, after_seq: int, limit: int) -> list[SegmentItem]: ...
-
-
-class BlobPort(Protocol):
-    def get(self, key: str) -> bytes: ...
-    def put(self, key: str, body: bytes) -> None: ...
-
-
-class CataloguePort(Protocol):
-    def get(self, topic: str, epoch: int) -> Catalogue | None: ...
-    def publish(
-        self, topic: str, epoch: int, expected: Catalogue | None, new: Catalogue
-    ) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from headwater.engine import LogEngine, SweepPlan, live_heads
 from headwater.engine.ports import Head
 from headwater.engine.ports.catalogue import IndexCatalogueStore
 from headwater.errors import HeadwaterError
-from headwater.index.build import Progress, SegmentLister, index_stream
+from headwater.index.build import Progress, index_stream
+from headwater.index.ports import SegmentLister
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue, IndexCatalogueStore
 from headwater.errors import StorageUnavailable
 from headwater.index import runs
-from headwater.index.companion import SECTION_ORDER, Companion, CompanionError, SectionNotLoaded
+from headwater.index.companion import Companion
+from headwater.index.format import SECTION_ORDER, CompanionError, SectionNotLoaded
 from headwater.index.plan import IndexPlan
 from headwater.index.runs import LexiconRun, LexiconRunError, runs_touching
 

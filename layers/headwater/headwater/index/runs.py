@@ -28,15 +28,13 @@ import bisect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from headwater.engine import companion_key, lexicon_run_key
 from headwater.engine.ports import Head, SegmentItem
 from headwater.engine.ports.catalogue import Catalogue
-from headwater.index.companion import Companion, CompanionError
-
-if TYPE_CHECKING:
-    from headwater.index.build import BlobPort, CataloguePort, SegmentLister
+from headwater.index.companion import Companion
+from headwater.index.format import CompanionError
+from headwater.index.ports import BlobPort, CataloguePort, SegmentLister
 
 RUN_SEGMENTS = 16
 MAX_RUNS_PER_PASS = 8

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.harness import PRICES
+from bench.harness import PRICES, machine_info, result_header, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -234,7 +234,8 @@ def main() -> int:
             f" idle ${o['idle_month']:.2f}/month"
         )
     doc = {
-        "benchmark": "costs",
+        # when and on which commit (the per-surface rows name their own runs' commits)
+        **result_header("costs", sys.argv[1:], machine_info()),
         "prices": {**PRICES, **OTHER_PRICES},
         "assumptions": {
             "idle_sweep_s": IDLE_SWEEP_S,
@@ -246,7 +247,7 @@ def main() -> int:
         "per_million": surfaces,
         "peers": others,
     }
-    (RESULTS / "latest-costs.json").write_text(json.dumps(doc, indent=2) + "\n")
+    write_results(RESULTS / "latest-costs.json", doc)
     return 0
 
 

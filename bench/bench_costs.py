@@ -44,6 +44,10 @@ OTHER_PRICES: dict[str, Any] = {
     "kinesis_od_stream_hour": 0.04,
     "kinesis_od_gb_in": 0.08,
     "kinesis_od_gb_out": 0.04,
+    # API Gateway WebSocket APIs: $1.00 per million messages (32 KB units), $0.25 per million
+    # connection-minutes (the first billion messages a month; docs/storage.md's /v0/ws costs).
+    "apigw_ws_message_per_million": 1.00,
+    "apigw_ws_connection_minute_per_million": 0.25,
     # Kinesis provisioned: $0.015 per shard-hour, $0.014 per million PUT payload units (25 KB).
     "kinesis_shard_hour": 0.015,
     "kinesis_put_unit_per_million": 0.014,

@@ -1,0 +1,152 @@
+"""bench/figures.py (issue 43): the figures README.md and docs/*.md quote are rendered from
+the results files they name, each with the date and commit it was measured on. The check
+fails on a body edited by hand, on a results file that no longer says what the page shows, on
+a figure without its date and commit, and on a dollar figure that does not come from a
+region."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from bench import figures
+
+REPO = figures.REPO
+
+
+def _page(tmp_path: Path, text: str, name: str = "page.md") -> Path:
+    page = tmp_path / name
+    page.write_text(text)
+    return page
+
+
+def _problems(page: Path, results: Path = figures.RESULTS) -> list[str]:
+    return figures.check([page], results=results).problems
+
+
+def test_a_figure_edited_by_hand_fails_the_check(tmp_path: Path) -> None:
+    # GIVEN scaling.md as committed, with one digit of a rendered table changed
+    text = (REPO / "docs" / "scaling.md").read_text()
+    table_row = re.search(r"^\| 1 \| (\d+) \(old: ", text, re.M)
+    assert table_row is not None
+    shown = table_row.group(1)
+    doctored = text.replace(table_row.group(0), table_row.group(0).replace(shown, shown + "1"))
+    page = _page(tmp_path, doctored, "scaling.md")
+    # THEN the check names the region and both values; WHEN written, the figure is restored
+    problems = _problems(page)
+    assert any("not what its template renders" in p and shown + "1" in p for p in problems)
+    assert figures.check([page], write=True).problems == []
+    assert page.read_text() == text
+
+
+def test_a_results_file_that_changed_fails_the_check(tmp_path: Path) -> None:
+    # GIVEN a copy of bench/results in which one writers run measured twice the records/s
+    results = tmp_path / "results"
+    shutil.copytree(figures.RESULTS, results)
+    data = json.loads((results / "latest-writers.json").read_text())
+    row = next(r for r in data["results"] if r["writers"] == 8 and r["code"] == "c3f1b17")
+    row["records_per_s"] *= 2
+    (results / "latest-writers.json").write_text(json.dumps(data))
+    # THEN scaling.md, which quotes it, no longer passes against that copy
+    problems = _problems(REPO / "docs" / "scaling.md", results)
+    assert len(problems) == 1 and "not what its template renders" in problems[0]
+    assert f"| 8 | {row['records_per_s']:,.0f} (old:" in problems[0]
+
+
+def test_a_figure_without_its_date_and_commit_fails(tmp_path: Path) -> None:
+    template = (
+        "# A\n\n<!-- figures\n{{ v0.workloads['append-b1000'].records_per_s |,.0f }} rec/s\n"
+        "-->\n<!-- /figures -->\n"
+    )
+    page = _page(tmp_path, template)
+    figures.check([page], write=True)
+    assert "41,335 rec/s" in page.read_text()
+    assert any("without its date and commit" in p for p in _problems(page))
+    # the stamp may be in another region of the same section, not of another section
+    stamped = page.read_text() + "\n<!-- figures\n({{ v0 |when }})\n-->\n<!-- /figures -->\n"
+    page.write_text(stamped)
+    figures.check([page], write=True)
+    assert _problems(page) == []
+    assert "(2026-11-21 on e0ebd37)" in page.read_text()
+    page.write_text(stamped.replace("\n<!-- figures\n(", "\n## B\n<!-- figures\n("))
+    figures.check([page], write=True)
+    assert any("without its date and commit" in p for p in _problems(page))
+
+
+def test_a_dollar_figure_must_come_from_a_region(tmp_path: Path) -> None:
+    outside = _page(tmp_path, "# A\n\nAn append costs $1.25 per million.\n", "outside.md")
+    assert any("dollar figure outside" in p for p in _problems(outside))
+    in_code = _page(tmp_path, "# A\n\n```text\n$1.25/M\n```\n", "code.md")
+    assert _problems(in_code) == []
+    literal = _page(
+        tmp_path,
+        "# A\n<!-- figures\n$1.25 at {{ price |stamp }}\n-->\n<!-- /figures -->\n",
+        "literal.md",
+    )
+    assert any("literal dollar figure" in p for p in _problems(literal))
+    priced = _page(
+        tmp_path,
+        "# A\n<!-- figures\n${{ 2 * price.dynamodb_wru_per_million |.2f }} ({{ price |when }})"
+        "\n-->\n<!-- /figures -->\n",
+        "priced.md",
+    )
+    figures.check([priced], write=True)
+    assert "$1.25 (list prices as of 2024-11-01)" in priced.read_text()
+    assert _problems(priced) == []
+
+
+def test_templates_say_their_precision_and_pick_values_by_name(tmp_path: Path) -> None:
+    def rendered(expr: str, decl: str = "") -> str:
+        page = _page(
+            tmp_path,
+            f"<!-- figures {decl}\n{expr}\n{{{{ v0 |when }}}}\n-->\n<!-- /figures -->\n",
+        )
+        report = figures.check([page], write=True)
+        assert report.problems == [], report.problems
+        return page.read_text().split("-->\n", 1)[1].split("\n")[0]
+
+    assert rendered("{{ v0.workloads['append-1x32'].p99_ms |.1f }}") == "106.6"
+    assert rendered("{{ v0.workloads[0].workload.name }}") == "append-b1"
+    assert rendered(
+        "{{ old.settings.backend }} ({{ old |stamp }})", "old=latest-v0.json@d6fe7ba"
+    ) == (
+        "moto (2026-11-21 on e0ebd37, 2-core AMD EPYC, Python 3.11.7"
+        " (`bench/results/latest-v0.json` as committed in d6fe7ba))"
+    )
+    assert rendered(
+        "{{ e72(518) |,.0f }} ({{ e72 |when }})", "e72=unrecorded:e72eee1:2026-11-26"
+    ) == ("518 (2026-11-26 on e72eee1)")
+    for bad, why in (
+        ("{{ v0.workloads['append-b1'].records_per_s }}", "needs a format"),
+        ("{{ v0.workloads['nope'].records_per_s |.0f }}", "0 list items named 'nope'"),
+        ("{{ v0.workloads['append-b1'] |.0f }}", "is not a figure"),
+        ("{{ v0(1) |.0f }}", "unrecorded runs only"),
+    ):
+        page = _page(tmp_path, f"<!-- figures\n{bad} {{{{ v0 |when }}}}\n-->\n<!-- /figures -->\n")
+        assert any(why in p for p in _problems(page)), (bad, _problems(page))
+
+
+def test_results_files_without_a_run_date_carry_their_git_log_date() -> None:
+    """COMMITTED_ONLY holds, for the files that record no run date or commit, git log's
+    date and commit of the commit that last wrote them; an entry for a file that now records
+    its run is stale."""
+    r = subprocess.run(
+        ["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True, text=True
+    )
+    if r.returncode != 0 or r.stdout.strip() != "false":
+        pytest.skip("needs the repository's full history")
+    for file, (commit, date) in figures.COMMITTED_ONLY.items():
+        data = json.loads((figures.RESULTS / file).read_text())
+        assert not (data.get("git") and data.get("finished_at")), f"{file} records its run now"
+        log = subprocess.run(
+            ["git", "log", "-1", "--format=%h %cs", "--", f"bench/results/{file}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert log == [commit, date], file

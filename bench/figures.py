@@ -47,7 +47,7 @@ Rules `--check` enforces, besides "every body is what its template renders":
 
 Results files written before every benchmark recorded `finished_at` and `git` (bench_coldstart
 and bench_costs, until 27912a5) get the date and commit of the commit that added them
-(`COMMITTED_ONLY`, from `git log`), and say so.
+(`COMMITTED_ONLY`, from `git log`; for a file `@rev`, that commit's), and say so.
 """
 
 from __future__ import annotations
@@ -126,16 +126,15 @@ class Source:
             )
         if self.kind == "unrecorded":
             return f"{self.date} on {self.commit} (that run's results file was not kept)"
-        where = (
-            f"`{self.path()}`"
-            + (f", `{self.run}`" if self.run else "")
-            + (f" as committed in {self.rev}" if self.rev else "")
-        )
+        where = f"`{self.path()}`" + (f", `{self.run}`" if self.run else "")
         if not self.recorded:
+            on = f", {self.machine}" if self.machine else ""
             return (
-                f"{where}, committed {self.date} in {self.commit} (the file records no run "
-                "date or commit; these are git log's)"
+                f"{where}, committed {self.date} in {self.commit}{on} (the file records no "
+                "run date or commit; these are git log's)"
             )
+        if self.rev:
+            where += f" as committed in {self.rev}"
         return f"{self.date} on {self.commit}, {self.machine} ({where})"
 
 
@@ -181,6 +180,21 @@ class Loader:
             self._cache[key] = json.loads(text)
         return self._cache[key]
 
+    def committed(self, rev: str) -> tuple[str, str]:
+        """The short hash and date of a commit (for a file as committed there that records
+        no run of its own)."""
+        r = subprocess.run(
+            ["git", "show", "-s", "--format=%h %cs", rev],
+            cwd=self.repo,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        parts = r.stdout.split()
+        if r.returncode != 0 or len(parts) != 2:
+            raise FigureError(f"commit {rev} (needs the repository's history): {r.stderr.strip()}")
+        return parts[0], parts[1]
+
     def source(self, name: str, spec: str | None) -> Source:
         if name == "price":
             return _price_source()
@@ -217,11 +231,16 @@ class Loader:
         elif file in COMMITTED_ONLY and rev is None:
             src.commit, src.date = COMMITTED_ONLY[file]
             src.recorded = False
+        elif rev is not None and not run_key:
+            src.commit, src.date = self.committed(rev)
+            src.recorded = False
         else:
             raise FigureError(
                 f"{spec} records no run date or commit (finished_at, git) and is not in "
                 "COMMITTED_ONLY"
             )
+        if not src.recorded and isinstance(data.get("machine"), dict):
+            src.machine = _machine(data["machine"])
         return src
 
 

@@ -117,9 +117,18 @@ def test_templates_say_their_precision_and_pick_values_by_name(tmp_path: Path) -
         "moto (2026-11-21 on e0ebd37, 2-core AMD EPYC, Python 3.11.7"
         " (`bench/results/latest-v0.json` as committed in d6fe7ba))"
     )
+    # a file as committed that records no run: the commit's date, said to be git's
     assert rendered(
-        "{{ e72(518) |,.0f }} ({{ e72 |when }})", "e72=unrecorded:e72eee1:2026-11-26"
-    ) == ("518 (2026-11-26 on e72eee1)")
+        "{{ first.functions['WsFunction'].ratio |.2f }} ({{ first |stamp }})",
+        "first=latest-coldstart.json@9fc28cc",
+    ) == (
+        "1.83 (`bench/results/latest-coldstart.json`, committed 2026-11-26 in 9fc28cc, 2-core"
+        " AMD EPYC, Python 3.11.7 (the file records no run date or commit; these are git log's))"
+    )
+    assert (
+        rendered("{{ e72(518) |,.0f }} ({{ e72 |when }})", "e72=unrecorded:e72eee1:2026-11-26")
+        == "518 (2026-11-26 on e72eee1)"
+    )
     for bad, why in (
         ("{{ v0.workloads['append-b1'].records_per_s }}", "needs a format"),
         ("{{ v0.workloads['nope'].records_per_s |.0f }}", "0 list items named 'nope'"),

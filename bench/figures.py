@@ -312,6 +312,9 @@ class J:
     def keys(self) -> list[str]:
         return list(self._v) if isinstance(self._v, dict) else []
 
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, wrap(v)) for k, v in self._v.items()] if isinstance(self._v, dict) else []
+
     def __iter__(self) -> Iterator[Any]:
         return (wrap(x) for x in (self._v.values() if isinstance(self._v, dict) else self._v))
 
@@ -353,9 +356,9 @@ def p99(row: Any, spec: str = ",.0f") -> str:
 
 
 _STAMPS = ("when", "stamp")
+_HELPERS = (abs, all, any, dict, enumerate, float, format, int, len, list, max, min, range)
 _BUILTINS: dict[str, Any] = {
-    f.__name__: f
-    for f in (abs, all, any, float, format, int, len, max, min, round, sorted, str, sum, p99)
+    f.__name__: f for f in (*_HELPERS, round, sorted, str, sum, tuple, zip, p99, J)
 }
 
 
@@ -487,9 +490,10 @@ def render(region: Region, loader: Loader) -> list[str]:
             tree = ast.parse(expr.strip(), mode="eval")
         except SyntaxError as exc:
             raise FigureError(f"{{{{ {expr.strip()} }}}}: {exc.msg}") from None
+        # names the expression binds itself (comprehension targets, lambda parameters)
         bound = {
             n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-        }
+        } | {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
         free = {
             n.id
             for n in ast.walk(tree)

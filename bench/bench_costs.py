@@ -44,6 +44,8 @@ OTHER_PRICES: dict[str, Any] = {
     "kinesis_od_stream_hour": 0.04,
     "kinesis_od_gb_in": 0.08,
     "kinesis_od_gb_out": 0.04,
+    # S3 Standard storage: $0.023 per GB-month (the first 50 TB a month).
+    "s3_storage_gb_month": 0.023,
     # API Gateway WebSocket APIs: $1.00 per million messages (32 KB units), $0.25 per million
     # connection-minutes (the first billion messages a month; docs/storage.md's /v0/ws costs).
     "apigw_ws_message_per_million": 1.00,

@@ -30,7 +30,7 @@ are written as `{{ e72(1.61) |.2f }}`: the page says so, and `--sources` lists e
 figure to re-measure. `price` is always there: the AWS list prices in bench/harness.py
 (`PRICES`) and bench/bench_costs.py (`OTHER_PRICES`), which every cost figure is priced with.
 `let` binds a name for the lines after it: `{{ let j1 = scale_model.results.find(...) }}`
-alone on a line.
+alone on a line. `goal(0.30)` writes a target an issue sets, which is not a measurement.
 
 Expressions are Python over those names. A results file reads as nested attributes and
 items (`v0.workloads['append-b1'].records_per_s`); a list item is picked by its `name`,
@@ -355,10 +355,16 @@ def p99(row: Any, spec: str = ",.0f") -> str:
     return ("≥ " if row.censored else "") + format(row.p99_ms, spec)
 
 
+def goal(value: float) -> float:
+    """A target an issue sets, written as a figure (`${{ goal(0.30) |.2f }}`): not a
+    measurement, so it needs no source."""
+    return value
+
+
 _STAMPS = ("when", "stamp")
 _HELPERS = (abs, all, any, dict, enumerate, float, format, int, len, list, max, min, range)
 _BUILTINS: dict[str, Any] = {
-    f.__name__: f for f in (*_HELPERS, round, sorted, str, sum, tuple, zip, p99, J)
+    f.__name__: f for f in (*_HELPERS, round, sorted, str, sum, tuple, zip, p99, goal, J)
 }
 
 
@@ -533,7 +539,8 @@ def render(region: Region, loader: Loader) -> list[str]:
         if let:
             local[let.group("name")] = evaluate(let.group("expr"))
             continue
-        out.append(PLACEHOLDER.sub(one, line))
+        # a placeholder may render several lines (a table's rows from one comprehension)
+        out.extend(PLACEHOLDER.sub(one, line).split("\n"))
     return out
 
 

@@ -681,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
     for p in report.problems:
         print(p, file=sys.stderr)
-    changed = "" if args.check else " (bodies rewritten where they differed)"
+    changed = "" if args.check or args.sources else " (bodies rewritten where they differed)"
     print(f"{len(report.regions)} figures regions, {len(report.problems)} problems{changed}")
     return 1 if report.problems else 0
 

@@ -28,6 +28,16 @@ def _problems(page: Path, results: Path = figures.RESULTS) -> list[str]:
     return figures.check([page], results=results).problems
 
 
+def test_every_figure_of_the_docs_is_what_its_results_file_says() -> None:
+    report = figures.check()
+    assert report.problems == []
+    quoted = {s.file for r in report.regions for s in r.used if s.kind == "results"}
+    # the pages the issue names quote their figures through regions
+    on = {r.page.name for r in report.regions}
+    assert {"benchmarks.md", "scaling.md", "costs.md", "scale-model.md"} <= on
+    assert {"latest-v0.json", "latest-scale-model.json", "latest-writers.json"} <= quoted
+
+
 def test_a_figure_edited_by_hand_fails_the_check(tmp_path: Path) -> None:
     # GIVEN scaling.md as committed, with one digit of a rendered table changed
     text = (REPO / "docs" / "scaling.md").read_text()

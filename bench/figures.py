@@ -436,8 +436,9 @@ def parse(page: Path, lines: Sequence[str], report: Report) -> list[Region]:
     while i < len(lines):
         m = OPEN.match(lines[i])
         if not m:
-            if lines[i].strip() == CLOSE:
-                report.problems.append(f"{page.name}:{i + 1}: {CLOSE} without an opening marker")
+            if lines[i].strip().startswith(CLOSE):
+                why = "without an opening marker" if lines[i].strip() == CLOSE else "not alone"
+                report.problems.append(f"{page.name}:{i + 1}: a closing marker {why}")
             i += 1
             continue
         start = i
@@ -446,11 +447,14 @@ def parse(page: Path, lines: Sequence[str], report: Report) -> list[Region]:
             j += 1
         k = j + 1
         while k < len(lines) and lines[k].strip() != CLOSE:
-            if OPEN.match(lines[k]):
+            if OPEN.match(lines[k]) or lines[k].strip().startswith(CLOSE):
                 break
             k += 1
         if j >= len(lines) or k >= len(lines) or lines[k].strip() != CLOSE:
-            report.problems.append(f"{page.name}:{start + 1}: figures region not closed")
+            report.problems.append(
+                f"{page.name}:{start + 1}: figures region not closed (`-->`, then `{CLOSE}`, "
+                "each alone on its line)"
+            )
             return regions
         regions.append(
             Region(

@@ -169,3 +169,13 @@ def test_results_files_without_a_run_date_carry_their_git_log_date() -> None:
             check=True,
         ).stdout.split()
         assert log == [commit, date], file
+
+
+def test_a_region_must_be_closed_on_lines_of_its_own(tmp_path: Path) -> None:
+    template = "<!-- figures\n{{ v0 |when }}\n-->\n{close}\nAnd then some prose.\n"
+    closed = _page(tmp_path, template.format(close="<!-- /figures -->"), "closed.md")
+    [problem] = _problems(closed)  # its body is empty: not what the template renders
+    assert "not what its template renders" in problem
+    glued = _page(tmp_path, template.format(close="<!-- /figures --> And"), "glued.md")
+    [problem] = _problems(glued)
+    assert "figures region not closed" in problem

@@ -15,6 +15,7 @@ lines after it, up to the closing marker, are what the template renders to:
     python -m bench.figures            # re-render every region of README.md and docs/*.md
     python -m bench.figures --check    # report every region that differs, and broken rules
     python -m bench.figures --sources  # the results files each page quotes; runs not kept
+    python -m bench.figures --archive  # copy the files as committed the pages quote, from git
 
 `tests/unit/test_bench_figures.py` runs the check: a body edited by hand, or a results file
 that changed since the page was rendered, fails it.
@@ -22,8 +23,12 @@ that changed since the page was rendered, fails it.
 Sources. The rest of the opening line declares the names a template uses, separated by
 spaces: `v0` is `bench/results/latest-v0.json` (`scale_model`: `latest-scale-model.json`), a
 name a template uses without declaring it resolves the same way; `old=latest-v0.json@d6fe7ba`
-is that file as committed at d6fe7ba (`git show`: the run a page still quotes after a newer
-one replaced the file); `idle=latest-conformance.json#idle_run` takes the date, commit and
+is that file as committed at d6fe7ba (the run a page still quotes after a newer one replaced
+the file), read from its byte-for-byte copy `bench/results/archive/latest-v0@d6fe7ba.json`, so
+the check needs no git history; `--archive` makes the copies the pages quote with
+`git cat-file blob d6fe7ba:bench/results/latest-v0.json` (needs the history), and removes
+those no page quotes; `--check` reports a copy missing or not quoted;
+`idle=latest-conformance.json#idle_run` takes the date, commit and
 machine from that part of the file (a run merged into another's file);
 `e72=unrecorded:e72eee1:2026-11-26` is a run whose results file was not kept, so its figures
 are written as `{{ e72(1.61) |.2f }}`: the page says so, and `--sources` lists every such
@@ -65,6 +70,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
+# results files as committed at a revision the pages quote (`name=file.json@rev`), byte for
+# byte: `<RESULTS>/archive/<stem>@<rev>.json`
+ARCHIVE = "archive"
 
 
 def pages(repo: Path = REPO) -> list[Path]:
@@ -148,12 +156,37 @@ def _machine(m: Any) -> str:
 
 
 class Loader:
-    """Reads results files (from `results`, or as committed at a revision), cached."""
+    """Reads results files, cached: from `results`, or, for a file as committed at a revision,
+    from its copy in `results/archive/` (no git). With `from_git`, a missing copy is made
+    from git (`--archive`); `made` lists what was made, `archived` every copy read."""
 
-    def __init__(self, results: Path = RESULTS, repo: Path = REPO) -> None:
+    def __init__(
+        self, results: Path = RESULTS, repo: Path = REPO, *, from_git: bool = False
+    ) -> None:
         self.results = results
         self.repo = repo
+        self.from_git = from_git
+        self.made: list[str] = []
+        self.archived: set[str] = set()
         self._cache: dict[tuple[str, str | None], Any] = {}
+
+    def archive_path(self, file: str, rev: str) -> Path:
+        """Where `file` as committed in `rev` is kept: `archive/<stem>@<rev>.json`."""
+        name = Path(file)
+        return self.results / ARCHIVE / f"{name.stem}@{rev}{name.suffix}"
+
+    def git(self, *args: str) -> bytes:
+        """The output of a git command in the repository (`--archive` only)."""
+        try:
+            r = subprocess.run(["git", *args], cwd=self.repo, capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise FigureError(f"git {' '.join(args)}: {exc}") from None
+        if r.returncode != 0:
+            raise FigureError(
+                f"git {' '.join(args)} (needs the repository's history): "
+                + r.stderr.decode(errors="replace").strip()
+            )
+        return r.stdout
 
     def load(self, file: str, rev: str | None) -> Any:
         key = (file, rev)
@@ -162,22 +195,21 @@ class Loader:
                 path = self.results / file
                 if not path.is_file():
                     raise FigureError(f"no results file {path}")
-                text = path.read_text()
             else:
-                r = subprocess.run(
-                    ["git", "show", f"{rev}:bench/results/{file}"],
-                    cwd=self.repo,
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-                if r.returncode != 0:
-                    raise FigureError(
-                        f"bench/results/{file} at {rev} (needs the repository's history): "
-                        + r.stderr.strip()
-                    )
-                text = r.stdout
-            self._cache[key] = json.loads(text)
+                path = self.archive_path(file, rev)
+                self.archived.add(path.name)
+                if not path.is_file():
+                    if not self.from_git:
+                        raise FigureError(
+                            f"no copy of bench/results/{file} as committed in {rev}: "
+                            f"bench/results/{ARCHIVE}/{path.name} is missing "
+                            "(`python -m bench.figures --archive` copies it from git)"
+                        )
+                    blob = self.git("cat-file", "blob", f"{rev}:bench/results/{file}")
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(blob)
+                    self.made.append(f"bench/results/{ARCHIVE}/{path.name}")
+            self._cache[key] = json.loads(path.read_bytes())
         return self._cache[key]
 
     def committed(self, rev: str) -> tuple[str, str]:
@@ -212,6 +244,8 @@ class Loader:
         spec, _, run_key = spec.partition("#")
         file, _, at = spec.partition("@")
         rev = at or None
+        if rev is not None and not re.fullmatch(r"[0-9a-f]{7,40}", rev):
+            raise FigureError(f"{spec}: a revision is a commit's hash (7 to 40 hex digits)")
         data = self.load(file, rev)
         src = Source(name, "results", file=file, rev=rev, data=data, run=run_key)
         run: Any = data
@@ -428,6 +462,7 @@ class Region:
 class Report:
     problems: list[str] = field(default_factory=list)
     regions: list[Region] = field(default_factory=list)
+    made: list[str] = field(default_factory=list)  # --archive: files made from git, removed
 
 
 def parse(page: Path, lines: Sequence[str], report: Report) -> list[Region]:
@@ -639,13 +674,31 @@ def check(
     results: Path = RESULTS,
     repo: Path = REPO,
     write: bool = False,
+    from_git: bool = False,
 ) -> Report:
     """Render every region of `paths` (README.md and docs/*.md) against `results`; with
-    `write`, put the rendered bodies in place. The report lists what does not hold."""
-    loader = Loader(results, repo)
-    report = Report()
+    `write`, put the rendered bodies in place. The report lists what does not hold.
+
+    Reads no git history: a file as committed at a revision is read from its copy in
+    `results/archive/`. With `from_git` (`--archive`), a missing copy is made from git, and,
+    over every page, a copy no page quotes is removed (otherwise reported)."""
+    loader = Loader(results, repo, from_git=from_git)
+    report = Report(made=loader.made)
     for page in paths if paths is not None else pages(repo):
         check_page(page, loader, report, write=write)
+    if paths is None and all(r.rendered is not None for r in report.regions):
+        archive = results / ARCHIVE
+        for extra in sorted(archive.glob("*.json") if archive.is_dir() else []):
+            if extra.name in loader.archived:
+                continue
+            if from_git:
+                extra.unlink()
+                loader.made.append(f"removed bench/results/{ARCHIVE}/{extra.name}")
+            else:
+                report.problems.append(
+                    f"bench/results/{ARCHIVE}/{extra.name}: no page quotes it "
+                    "(`python -m bench.figures --archive` removes it)"
+                )
     return report
 
 
@@ -676,16 +729,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--check", action="store_true", help="report, do not write")
     ap.add_argument("--sources", action="store_true", help="list the sources each page quotes")
+    ap.add_argument(
+        "--archive",
+        action="store_true",
+        help="make the archive copies the pages quote from git (needs the history), then check",
+    )
     ap.add_argument("pages", nargs="*", type=Path, help="default: README.md and docs/*.md")
     args = ap.parse_args(argv)
     paths = [p.resolve() for p in args.pages] or None
-    report = check(paths, write=not (args.check or args.sources))
+    report_only = args.check or args.sources or args.archive
+    report = check(paths, write=not report_only, from_git=args.archive)
     if args.sources:
         for line in _sources_listing(report):
             print(line)
+    for line in report.made:
+        print(line)
     for p in report.problems:
         print(p, file=sys.stderr)
-    changed = "" if args.check or args.sources else " (bodies rewritten where they differed)"
+    changed = "" if report_only else " (bodies rewritten where they differed)"
     print(f"{len(report.regions)} figures regions, {len(report.problems)} problems{changed}")
     return 1 if report.problems else 0
 

@@ -121,11 +121,12 @@ def test_templates_say_their_precision_and_pick_values_by_name(tmp_path: Path) -
 
     assert rendered("{{ v0.workloads['append-1x32'].p99_ms |.1f }}") == "106.6"
     assert rendered("{{ v0.workloads[0].workload.name }}") == "append-b1"
+    # a file as committed at a revision: read from its copy in bench/results/archive/
     assert rendered(
-        "{{ old.settings.backend }} ({{ old |stamp }})", "old=latest-v0.json@d6fe7ba"
+        "{{ old.settings.small_conc |d }} ({{ old |stamp }})", "old=latest-durable.json@765cde8"
     ) == (
-        "moto (2026-11-21 on e0ebd37, 2-core AMD EPYC, Python 3.11.7"
-        " (`bench/results/latest-v0.json` as committed in d6fe7ba))"
+        "75 (2026-11-27 on 6b9c3f4, 2-core AMD EPYC, Python 3.11.7"
+        " (`bench/results/latest-durable.json` as committed in 765cde8))"
     )
     # a file as committed that records no run: the commit's date, said to be git's
     assert rendered(
@@ -149,15 +150,69 @@ def test_templates_say_their_precision_and_pick_values_by_name(tmp_path: Path) -
         assert any(why in p for p in _problems(page)), (bad, _problems(page))
 
 
+def _needs_full_history() -> None:
+    try:
+        r = subprocess.run(
+            ["git", "rev-parse", "--is-shallow-repository"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        pytest.skip("needs git")
+    if r.returncode != 0 or r.stdout.strip() != "false":
+        pytest.skip("needs the repository's full history")
+
+
+def test_a_revision_is_read_from_its_archive_copy_and_fails_without_it(tmp_path: Path) -> None:
+    # GIVEN a page that quotes latest-v0.json as committed in d6fe7ba, which no page archived
+    page = _page(
+        tmp_path,
+        "<!-- figures old=latest-v0.json@d6fe7ba\n{{ old |stamp }}\n-->\n<!-- /figures -->\n",
+    )
+    # THEN the check says which copy is missing and how to make it
+    [problem] = _problems(page)
+    assert "bench/results/archive/latest-v0@d6fe7ba.json is missing" in problem
+    assert "python -m bench.figures --archive" in problem
+    # a revision is a commit's hash, which names its archive copy for good
+    page.write_text(page.read_text().replace("@d6fe7ba", "@HEAD~1"))
+    [problem] = _problems(page)
+    assert "a revision is a commit's hash" in problem
+
+
+def test_an_archive_copy_no_page_quotes_fails_the_check(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(figures.RESULTS, results)
+    assert figures.check(results=results).problems == []
+    (results / "archive" / "latest-v0@d6fe7ba.json").write_text("{}")
+    [problem] = figures.check(results=results).problems
+    assert "latest-v0@d6fe7ba.json: no page quotes it" in problem
+
+
+def test_archive_copies_are_the_files_as_committed(tmp_path: Path) -> None:
+    """--archive makes, from git, exactly the copies in bench/results/archive/: every file as
+    committed at a revision the pages quote, byte for byte, and nothing else."""
+    _needs_full_history()
+    results = tmp_path / "results"
+    shutil.copytree(figures.RESULTS, results)
+    shutil.rmtree(results / "archive")
+    report = figures.check(results=results, from_git=True)
+    assert report.problems == []
+    made = sorted(p.name for p in (results / "archive").iterdir())
+    kept = sorted(p.name for p in (figures.RESULTS / "archive").iterdir())
+    assert made == kept
+    assert len(report.made) == len(kept) > 0
+    for name in kept:
+        assert (results / "archive" / name).read_bytes() == (
+            figures.RESULTS / "archive" / name
+        ).read_bytes(), name
+
+
 def test_results_files_without_a_run_date_carry_their_git_log_date() -> None:
     """COMMITTED_ONLY holds, for the files that record no run date or commit, git log's
     date and commit of the commit that last wrote them; an entry for a file that now records
     its run is stale."""
-    r = subprocess.run(
-        ["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True, text=True
-    )
-    if r.returncode != 0 or r.stdout.strip() != "false":
-        pytest.skip("needs the repository's full history")
+    _needs_full_history()
     for file, (commit, date) in figures.COMMITTED_ONLY.items():
         data = json.loads((figures.RESULTS / file).read_text())
         assert not (data.get("git") and data.get("finished_at")), f"{file} records its run now"

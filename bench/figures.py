@@ -15,7 +15,7 @@ lines after it, up to the closing marker, are what the template renders to:
     python -m bench.figures            # re-render every region of README.md and docs/*.md
     python -m bench.figures --check    # report every region that differs, and broken rules
     python -m bench.figures --sources  # the results files each page quotes; runs not kept
-    python -m bench.figures --archive  # copy the files as committed the pages quote, from git
+    python -m bench.figures --archive  # from git: the archive copies and stamps pages need
 
 `tests/unit/test_bench_figures.py` runs the check: a body edited by hand, or a results file
 that changed since the page was rendered, fails it.
@@ -51,14 +51,19 @@ Rules `--check` enforces, besides "every body is what its template renders":
   from a value (`${{ ... }}`), never literally: no cost figure without its source.
 
 Results files written before every benchmark recorded `finished_at` and `git` (bench_coldstart
-and bench_costs, until 27912a5) get the date and commit of the commit that added them
-(`COMMITTED_ONLY`, from `git log`; for a file `@rev`, that commit's), and say so.
+and bench_costs, until 27912a5) get the date and commit of the commit that wrote them as they
+are (`git log -1 -- <file>`; for a file `@rev`, the commit rev's), and say so. The check reads
+them from `bench/results/stamps.json` (`{"latest-costs.json": {"date", "commit", "source":
+"git log", "blob"}}`, `blob` being git's hash of the bytes stamped), which `--archive` writes
+from git: a file with no stamp, or whose bytes are not the ones stamped, fails the check, and
+so does a stamp no page uses (its file records its run now).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import re
 import subprocess
@@ -73,22 +78,13 @@ RESULTS = REPO / "bench" / "results"
 # results files as committed at a revision the pages quote (`name=file.json@rev`), byte for
 # byte: `<RESULTS>/archive/<stem>@<rev>.json`
 ARCHIVE = "archive"
+# the date and commit of each results file the pages quote that records no run of its own
+STAMPS = "stamps.json"
 
 
 def pages(repo: Path = REPO) -> list[Path]:
     """The pages whose figures are checked: README.md and docs/*.md."""
     return [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
-
-
-# Results files that record no run date or commit (written before their benchmark called
-# harness.result_header): the commit that added the file as it is now, from
-# `git log -1 --format='%h %cs' -- bench/results/<file>`. tests/unit/test_bench_figures.py
-# checks these against git log.
-COMMITTED_ONLY: dict[str, tuple[str, str]] = {
-    "latest-coldstart.json": ("d09c8d0", "2026-11-27"),
-    "latest-coldstart-built.json": ("d09c8d0", "2026-11-27"),
-    "latest-costs.json": ("a24f997", "2026-11-26"),
-}
 
 
 class FigureError(Exception):
@@ -109,7 +105,7 @@ class Source:
     date: str = ""
     machine: str = ""
     run: str = ""  # the part of the file that records this run (`#reruns.0`), "" the file
-    recorded: bool = True  # False: date and commit from git log (COMMITTED_ONLY)
+    recorded: bool = True  # False: date and commit are git log's, from stamps.json
     values: list[float] = field(default_factory=list)  # unrecorded: figures quoted
 
     @property
@@ -157,8 +153,10 @@ def _machine(m: Any) -> str:
 
 class Loader:
     """Reads results files, cached: from `results`, or, for a file as committed at a revision,
-    from its copy in `results/archive/` (no git). With `from_git`, a missing copy is made
-    from git (`--archive`); `made` lists what was made, `archived` every copy read."""
+    from its copy in `results/archive/`; the date and commit of a file that records no run
+    from `results/stamps.json` (no git). With `from_git`, a missing copy or stamp is made from
+    git (`--archive`); `made` lists what was made, `archived` every copy read, `stamped`
+    every stamp."""
 
     def __init__(
         self, results: Path = RESULTS, repo: Path = REPO, *, from_git: bool = False
@@ -168,6 +166,11 @@ class Loader:
         self.from_git = from_git
         self.made: list[str] = []
         self.archived: set[str] = set()
+        self.stamped: set[str] = set()
+        path = results / STAMPS
+        self.stamps: dict[str, dict[str, str]] = (
+            json.loads(path.read_text()) if path.is_file() else {}
+        )
         self._cache: dict[tuple[str, str | None], Any] = {}
 
     def archive_path(self, file: str, rev: str) -> Path:
@@ -212,20 +215,39 @@ class Loader:
             self._cache[key] = json.loads(path.read_bytes())
         return self._cache[key]
 
-    def committed(self, rev: str) -> tuple[str, str]:
-        """The short hash and date of a commit (for a file as committed there that records
-        no run of its own)."""
-        r = subprocess.run(
-            ["git", "show", "-s", "--format=%h %cs", rev],
-            cwd=self.repo,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        parts = r.stdout.split()
-        if r.returncode != 0 or len(parts) != 2:
-            raise FigureError(f"commit {rev} (needs the repository's history): {r.stderr.strip()}")
-        return parts[0], parts[1]
+    def stamp(self, file: str, rev: str | None) -> tuple[str, str]:
+        """The commit and date of a results file that records no run (for `file@rev`, of the
+        commit `rev`): git log's, as `stamps.json` keeps them with the hash of the bytes they
+        date. With `from_git`, a missing or stale stamp is taken from git log."""
+        key = file + (f"@{rev}" if rev else "")
+        path = self.results / file if rev is None else self.archive_path(file, rev)
+        blob = git_blob(path.read_bytes())
+        self.stamped.add(key)
+        entry = self.stamps.get(key)
+        if entry is not None and entry.get("blob") == blob:
+            return entry["commit"], entry["date"]
+        if not self.from_git:
+            why = "has no stamp for it" if entry is None else "dates other bytes of it"
+            raise FigureError(
+                f"bench/results/{key} records no run date or commit (finished_at, git) and "
+                f"bench/results/{STAMPS} {why} (`python -m bench.figures --archive` takes "
+                "git log's)"
+            )
+        if rev is None:
+            log = ["log", "-1", "--format=%h %cs", "--", f"bench/results/{file}"]
+        else:
+            log = ["log", "-1", "--format=%h %cs", rev]
+        parts = self.git(*log).decode().split()
+        if len(parts) != 2:
+            raise FigureError(f"git {' '.join(log)}: no commit (needs the repository's history)")
+        commit, date = parts
+        if rev is None:  # the file as it is must be what that commit wrote
+            committed = self.git("rev-parse", f"{commit}:bench/results/{file}").decode().strip()
+            if committed != blob:
+                raise FigureError(f"bench/results/{file} is not as committed: commit it first")
+        self.stamps[key] = {"date": date, "commit": commit, "source": "git log", "blob": blob}
+        self.made.append(f"bench/results/{STAMPS}: {key} {date} {commit}")
+        return commit, date
 
     def source(self, name: str, spec: str | None) -> Source:
         if name == "price":
@@ -262,20 +284,17 @@ class Loader:
             src.machine = _machine(run.get("machine") or data.get("machine"))
         elif run_key:
             raise FigureError(f"{spec}: {run_key!r} records no finished_at and git")
-        elif file in COMMITTED_ONLY and rev is None:
-            src.commit, src.date = COMMITTED_ONLY[file]
-            src.recorded = False
-        elif rev is not None and not run_key:
-            src.commit, src.date = self.committed(rev)
-            src.recorded = False
         else:
-            raise FigureError(
-                f"{spec} records no run date or commit (finished_at, git) and is not in "
-                "COMMITTED_ONLY"
-            )
+            src.commit, src.date = self.stamp(file, rev)
+            src.recorded = False
         if not src.recorded and isinstance(data.get("machine"), dict):
             src.machine = _machine(data["machine"])
         return src
+
+
+def git_blob(data: bytes) -> str:
+    """Git's hash of a file's bytes (`git hash-object`), computed without git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _price_source() -> Source:
@@ -680,8 +699,10 @@ def check(
     `write`, put the rendered bodies in place. The report lists what does not hold.
 
     Reads no git history: a file as committed at a revision is read from its copy in
-    `results/archive/`. With `from_git` (`--archive`), a missing copy is made from git, and,
-    over every page, a copy no page quotes is removed (otherwise reported)."""
+    `results/archive/`, the date and commit of a file that records no run from
+    `results/stamps.json`. With `from_git` (`--archive`), a missing copy or stamp is made from
+    git, and, over every page, a copy or stamp no page quotes is removed (otherwise
+    reported)."""
     loader = Loader(results, repo, from_git=from_git)
     report = Report(made=loader.made)
     for page in paths if paths is not None else pages(repo):
@@ -699,6 +720,18 @@ def check(
                     f"bench/results/{ARCHIVE}/{extra.name}: no page quotes it "
                     "(`python -m bench.figures --archive` removes it)"
                 )
+        for key in sorted(set(loader.stamps) - loader.stamped):
+            if from_git:
+                del loader.stamps[key]
+                loader.made.append(f"bench/results/{STAMPS}: removed {key}")
+            else:
+                report.problems.append(
+                    f"bench/results/{STAMPS}: {key}: no page quotes it, or it records its run "
+                    "now (`python -m bench.figures --archive` removes the stamp)"
+                )
+    stamps = results / STAMPS
+    if from_git and any(m.startswith(f"bench/results/{STAMPS}") for m in loader.made):
+        stamps.write_text(json.dumps(loader.stamps, indent=2, sort_keys=True) + "\n")
     return report
 
 
@@ -732,7 +765,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--archive",
         action="store_true",
-        help="make the archive copies the pages quote from git (needs the history), then check",
+        help="make the archive copies and stamps the pages need from git (needs the "
+        "history), drop those they do not, then check",
     )
     ap.add_argument("pages", nargs="*", type=Path, help="default: README.md and docs/*.md")
     args = ap.parse_args(argv)

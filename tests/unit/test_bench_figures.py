@@ -208,22 +208,68 @@ def test_archive_copies_are_the_files_as_committed(tmp_path: Path) -> None:
         ).read_bytes(), name
 
 
-def test_results_files_without_a_run_date_carry_their_git_log_date() -> None:
-    """COMMITTED_ONLY holds, for the files that record no run date or commit, git log's
-    date and commit of the commit that last wrote them; an entry for a file that now records
-    its run is stale."""
+def test_results_files_without_a_run_date_carry_their_git_log_date(tmp_path: Path) -> None:
+    """bench/results/stamps.json holds, for the files the pages quote that record no run date
+    or commit, git log's date and commit of the commit that wrote them as they are (for a
+    file @rev, rev's): --archive writes the same from git."""
     _needs_full_history()
-    for file, (commit, date) in figures.COMMITTED_ONLY.items():
-        data = json.loads((figures.RESULTS / file).read_text())
-        assert not (data.get("git") and data.get("finished_at")), f"{file} records its run now"
+    results = tmp_path / "results"
+    shutil.copytree(figures.RESULTS, results)
+    (results / figures.STAMPS).unlink()
+    report = figures.check(results=results, from_git=True)
+    assert report.problems == []
+    kept = json.loads((figures.RESULTS / figures.STAMPS).read_text())
+    assert json.loads((results / figures.STAMPS).read_text()) == kept
+    assert kept["latest-costs.json"]["source"] == "git log"
+    for key, stamp in kept.items():
+        file, _, rev = key.partition("@")
         log = subprocess.run(
-            ["git", "log", "-1", "--format=%h %cs", "--", f"bench/results/{file}"],
+            [
+                "git",
+                "log",
+                "-1",
+                "--format=%h %cs",
+                *([rev] if rev else ["--", f"bench/results/{file}"]),
+            ],
             cwd=REPO,
             capture_output=True,
             text=True,
             check=True,
         ).stdout.split()
-        assert log == [commit, date], file
+        assert log == [stamp["commit"], stamp["date"]], key
+
+
+def test_a_file_that_records_no_run_needs_its_stamp(tmp_path: Path) -> None:
+    # GIVEN a copy of bench/results whose stamps.json lost the stamp of latest-costs.json
+    results = tmp_path / "results"
+    shutil.copytree(figures.RESULTS, results)
+    stamps = json.loads((results / figures.STAMPS).read_text())
+    kept = stamps.pop("latest-costs.json")
+    (results / figures.STAMPS).write_text(json.dumps(stamps))
+    problems = figures.check([REPO / "docs" / "costs.md"], results=results).problems
+    assert any(
+        "latest-costs.json records no run date or commit" in p and "has no stamp for it" in p
+        for p in problems
+    ), problems
+    # a stamp dates the bytes it was taken of: latest-costs.json changed, its stamp is stale
+    stamps["latest-costs.json"] = kept
+    (results / figures.STAMPS).write_text(json.dumps(stamps))
+    assert figures.check([REPO / "docs" / "costs.md"], results=results).problems == []
+    costs = results / "latest-costs.json"
+    costs.write_text(costs.read_text() + "\n")
+    problems = figures.check([REPO / "docs" / "costs.md"], results=results).problems
+    assert any("latest-costs.json" in p and "dates other bytes of it" in p for p in problems)
+
+
+def test_a_stamp_no_page_uses_fails_the_check(tmp_path: Path) -> None:
+    # GIVEN a stamp for latest-v0.json, which records its own run: no page uses the stamp
+    results = tmp_path / "results"
+    shutil.copytree(figures.RESULTS, results)
+    stamps = json.loads((results / figures.STAMPS).read_text())
+    stamps["latest-v0.json"] = stamps["latest-costs.json"]
+    (results / figures.STAMPS).write_text(json.dumps(stamps))
+    [problem] = figures.check(results=results).problems
+    assert "stamps.json: latest-v0.json: no page quotes it, or it records its run now" in problem
 
 
 def test_a_region_must_be_closed_on_lines_of_its_own(tmp_path: Path) -> None:

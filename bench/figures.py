@@ -183,7 +183,7 @@ class Loader:
         try:
             r = subprocess.run(["git", *args], cwd=self.repo, capture_output=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as exc:
-            raise FigureError(f"git {' '.join(args)}: {exc}") from None
+            raise FigureError(f"git {' '.join(args)} (needs git and the history): {exc}") from None
         if r.returncode != 0:
             raise FigureError(
                 f"git {' '.join(args)} (needs the repository's history): "

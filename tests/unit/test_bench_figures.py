@@ -7,10 +7,13 @@ region."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from bench import figures
@@ -36,6 +39,64 @@ def test_every_figure_of_the_docs_is_what_its_results_file_says() -> None:
     on = {r.page.name for r in report.regions}
     assert {"benchmarks.md", "scaling.md", "costs.md", "scale-model.md"} <= on
     assert {"latest-v0.json", "latest-scale-model.json", "latest-writers.json"} <= quoted
+
+
+def test_the_check_runs_no_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A clean clone of any depth, or none (an export), checks the same: superseded runs are
+    read from bench/results/archive/, stamps from bench/results/stamps.json."""
+
+    # GIVEN no git: not on PATH, and any subprocess this process starts raises
+    def no_git(*args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError(f"the check ran a subprocess: {args}")
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(subprocess, "run", no_git)
+    monkeypatch.setattr(subprocess, "Popen", no_git)
+    # THEN every page passes, quoting files as committed at a revision and stamped files
+    report = figures.check()
+    assert report.problems == []
+    used = {(s.file, s.rev, s.recorded) for r in report.regions for s in r.used}
+    assert ("latest-scale-model.json", "688b924", True) in used
+    assert ("latest-coldstart.json", "9fc28cc", False) in used
+    assert ("latest-costs.json", None, False) in used
+    # and a missing archive copy is reported as missing, not as a git failure
+    results = tmp_path / "results"
+    shutil.copytree(figures.RESULTS, results)
+    (results / "archive" / "latest-scale-model@688b924.json").unlink()
+    problems = figures.check(results=results).problems
+    assert problems and all("latest-scale-model@688b924.json is missing" in p for p in problems)
+
+
+def test_the_check_passes_in_a_copy_without_git_history(tmp_path: Path) -> None:
+    # GIVEN README.md, docs/ and bench/ copied where there is no repository, and no git on PATH
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    for tree in ("docs", "bench"):
+        shutil.copytree(REPO / tree, tmp_path / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    path = [str(tmp_path), str(REPO / "layers" / "headwater"), str(REPO / "clients" / "python")]
+    env = {"PATH": str(tmp_path / "no-bin"), "PYTHONPATH": os.pathsep.join(path)}
+    # THEN `python -m bench.figures --check` passes there
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.figures", "--check"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.endswith(" figures regions, 0 problems\n")
+    # and fails, saying what is missing, once an archive copy is gone
+    (tmp_path / "bench" / "results" / "archive" / "latest-flags@f27d5d0.json").unlink()
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.figures", "--check"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1
+    assert "bench/results/archive/latest-flags@f27d5d0.json is missing" in r.stderr
 
 
 def test_a_figure_edited_by_hand_fails_the_check(tmp_path: Path) -> None:

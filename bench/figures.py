@@ -135,7 +135,7 @@ class Source:
             on = f", {self.machine}" if self.machine else ""
             return (
                 f"{where}, committed {self.date} in {self.commit}{on} (the file records no "
-                "run date or commit; these are git log's)"
+                f"run date or commit; these are git log's, recorded in `bench/results/{STAMPS}`)"
             )
         if self.rev:
             where += f" as committed in {self.rev}"

@@ -195,7 +195,8 @@ def test_templates_say_their_precision_and_pick_values_by_name(tmp_path: Path) -
         "first=latest-coldstart.json@9fc28cc",
     ) == (
         "1.83 (`bench/results/latest-coldstart.json`, committed 2026-11-26 in 9fc28cc, 2-core"
-        " AMD EPYC, Python 3.11.7 (the file records no run date or commit; these are git log's))"
+        " AMD EPYC, Python 3.11.7 (the file records no run date or commit; these are git log's,"
+        " recorded in `bench/results/stamps.json`))"
     )
     assert (
         rendered("{{ e72(518) |,.0f }} ({{ e72 |when }})", "e72=unrecorded:e72eee1:2026-11-26")

@@ -56,7 +56,7 @@ from typing import Any
 
 import yaml
 
-from bench.harness import PRICES, machine_info, median, percentile
+from bench.harness import PRICES, machine_info, median, percentile, result_header, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "template.yaml"
@@ -775,9 +775,8 @@ def _main(args: argparse.Namespace, runs: int, argv: list[str]) -> dict[str, Any
         )
 
     result: dict[str, Any] = {
-        "benchmark": "coldstart",
-        "command": "python -m bench.bench_coldstart " + " ".join(argv),
-        "machine": machine_info(),
+        # what ran, when, on which commit and machine (docs/benchmarks.md quotes them)
+        **result_header("coldstart", argv, machine_info()),
         "params": {
             "runs": runs,
             "quick": args.quick,
@@ -797,9 +796,7 @@ def _main(args: argparse.Namespace, runs: int, argv: list[str]) -> dict[str, Any
         "targets_missed": [r["function"] for r in rows if not r["target"]["met"]],
     }
     print_report(result)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {out_path}")
+    write_results(out_path, result)
     return result
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.harness import PRICES
+from bench.harness import PRICES, machine_info, result_header, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -44,6 +44,12 @@ OTHER_PRICES: dict[str, Any] = {
     "kinesis_od_stream_hour": 0.04,
     "kinesis_od_gb_in": 0.08,
     "kinesis_od_gb_out": 0.04,
+    # S3 Standard storage: $0.023 per GB-month (the first 50 TB a month).
+    "s3_storage_gb_month": 0.023,
+    # API Gateway WebSocket APIs: $1.00 per million messages (32 KB units), $0.25 per million
+    # connection-minutes (the first billion messages a month; docs/storage.md's /v0/ws costs).
+    "apigw_ws_message_per_million": 1.00,
+    "apigw_ws_connection_minute_per_million": 0.25,
     # Kinesis provisioned: $0.015 per shard-hour, $0.014 per million PUT payload units (25 KB).
     "kinesis_shard_hour": 0.015,
     "kinesis_put_unit_per_million": 0.014,
@@ -234,7 +240,8 @@ def main() -> int:
             f" idle ${o['idle_month']:.2f}/month"
         )
     doc = {
-        "benchmark": "costs",
+        # when and on which commit (the per-surface rows name their own runs' commits)
+        **result_header("costs", sys.argv[1:], machine_info()),
         "prices": {**PRICES, **OTHER_PRICES},
         "assumptions": {
             "idle_sweep_s": IDLE_SWEEP_S,
@@ -246,7 +253,7 @@ def main() -> int:
         "per_million": surfaces,
         "peers": others,
     }
-    (RESULTS / "latest-costs.json").write_text(json.dumps(doc, indent=2) + "\n")
+    write_results(RESULTS / "latest-costs.json", doc)
     return 0
 
 

@@ -55,6 +55,7 @@ from bench import (
     bench_tiering,
     bench_v0,
     bench_writers,
+    figures,
 )
 
 
@@ -191,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     print("\n######## bench costs (idle per month, $ per million per surface, peers)")
     bench_costs.main()
     print(f"\ntargets missed: {', '.join(missed) or 'none'}; failed requests: {errors}")
+    # The pages quote these files (bench/figures.py): say which of their figures moved.
+    stale = [p for p in figures.check().problems if "not what its template renders" in p]
+    if stale:
+        print(
+            f"{len(stale)} figures regions of README.md and docs/ no longer match the results: "
+            "`python -m bench.figures` re-renders them (docs/costs.md says what each cost counts)"
+        )
     # A benchmark reports; it fails only when requests failed.
     return 1 if errors else 0
 

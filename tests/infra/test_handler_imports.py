@@ -44,7 +44,14 @@ ROUTES = tuple(
 )
 
 # the engines headwater.engines.Core builds on first use, and the ports only they need
-QUEUE = ("headwater.engine.queue", "headwater.engine.ports.queue", "headwater.storage.leases")
+QUEUE = (
+    "headwater.engine.queue",
+    "headwater.engine.queue_claims",
+    "headwater.engine.queue_core",
+    "headwater.engine.queue_leases",
+    "headwater.engine.ports.queue",
+    "headwater.storage.leases",
+)
 ROUTER = ("headwater.engine.routers", "headwater.engine.ports.routers", "headwater.storage.routers")
 UPKEEP = ("headwater.engine.tiering",)
 WS = ("headwater.engine.ports.ws", "headwater.storage.ws_connections")

@@ -40,7 +40,18 @@ SURFACES = {m for m in HEAVY if m.endswith(".service")}
 # each surface's routes, imported on its first request (http/lazy_routes.py)
 ROUTES = tuple(
     f"headwater.http.{m}"
-    for m in ("v0", "v1", "queue", "watch", "routers", "notifications", "flags", "dashboard")
+    for m in (
+        "v0",
+        "v1",
+        "v1_reads",
+        "v1_writes",
+        "queue",
+        "watch",
+        "routers",
+        "notifications",
+        "flags",
+        "dashboard",
+    )
 )
 
 # the engines headwater.engines.Core builds on first use, and the ports only they need

@@ -73,6 +73,26 @@ def test_loaded_routes_keep_the_declared_order(make_client: MakeClient) -> None:
     assert first("/api/v2/") < paths.index("/openapi.json")
 
 
+def test_the_v1_routes_and_their_methods_in_matching_order(make_client: MakeClient) -> None:
+    # /v1's routes are declared in http/v1.py alone (its route modules, v1_reads, v1_writes,
+    # v1_search and v1_touch, are dispatched to from the stream route): the stream route first,
+    # with all five methods, then the stream list and the server views
+    c = make_client()
+    app: FastAPI = c.app  # type: ignore[assignment]
+    load_all(app)
+    v1 = [
+        (r.path, sorted(r.methods), r.endpoint.__module__)
+        for r in _routes(app)
+        if getattr(r, "path", "").startswith("/v1/")
+    ]
+    assert v1 == [
+        ("/v1/stream/{path:path}", ["DELETE", "GET", "HEAD", "POST", "PUT"], "headwater.http.v1"),
+        ("/v1/streams", ["GET"], "headwater.http.v1"),
+        ("/v1/server/_details", ["GET"], "headwater.http.v1"),
+        ("/v1/server/_mem", ["GET"], "headwater.http.v1"),
+    ]
+
+
 def test_concurrent_first_requests_load_once_and_are_all_served(make_client: MakeClient) -> None:
     c = make_client()
     app: FastAPI = c.app  # type: ignore[assignment]

@@ -17,7 +17,7 @@ import pytest
 from api_helpers import MakeClient, assert_error, ok, put_topic, read_all, seqs_of, state
 from starlette.testclient import TestClient
 
-from headwater.engine.queue import ClaimResult
+from headwater.engine.queue_core import ClaimResult
 from headwater.settings import Settings
 from headwater.storage.clients import AwsClients
 

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from headwater.durable import reads as ds_reads
 from headwater.durable.offsets import encode_offset
 from headwater.durable.schema import LENS_API_VERSION, REGISTRY_API_VERSION
-from headwater.http import v1 as v1_module
+from headwater.http import v1_reads
 
 pytestmark = pytest.mark.api
 
@@ -173,7 +173,7 @@ def test_filtered_reads(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> 
     assert client.get(url("fb"), params={"offset": "-1", "filter": "n:1"}).status_code == 400
     # WHEN the scan cap is reached, the page says so and resumes where it stopped
     monkeypatch.setattr(ds_reads, "FILTER_SCAN_CAP", 200)
-    monkeypatch.setattr(v1_module, "FILTER_SCAN_CAP", 200)
+    monkeypatch.setattr(v1_reads, "FILTER_SCAN_CAP", 200)
     r = read(client, "f", filter="n:29")
     assert r.json() == [] and r.headers["Stream-Filter-Scan-Limit-Reached"] == "true"
     assert r.headers["Stream-Filter-Scan-Limit-Bytes"] == "200"

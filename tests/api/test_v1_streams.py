@@ -177,7 +177,7 @@ def test_list_streams_pages_and_hides_deleted(client: TestClient) -> None:
 
 
 def test_caching_headers_distinguish_full_pages_from_tail_reads(client: TestClient) -> None:
-    from headwater.http.v1 import PAGE_BYTES
+    from headwater.http.v1_reads import PAGE_BYTES
 
     size = PAGE_BYTES * 3 // 4  # two such entries do not fit one page
     create(client, "cache", "text/plain")

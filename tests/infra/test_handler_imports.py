@@ -40,11 +40,29 @@ SURFACES = {m for m in HEAVY if m.endswith(".service")}
 # each surface's routes, imported on its first request (http/lazy_routes.py)
 ROUTES = tuple(
     f"headwater.http.{m}"
-    for m in ("v0", "v1", "queue", "watch", "routers", "notifications", "flags", "dashboard")
+    for m in (
+        "v0",
+        "v1",
+        "v1_reads",
+        "v1_writes",
+        "queue",
+        "watch",
+        "routers",
+        "notifications",
+        "flags",
+        "dashboard",
+    )
 )
 
 # the engines headwater.engines.Core builds on first use, and the ports only they need
-QUEUE = ("headwater.engine.queue", "headwater.engine.ports.queue", "headwater.storage.leases")
+QUEUE = (
+    "headwater.engine.queue",
+    "headwater.engine.queue_claims",
+    "headwater.engine.queue_core",
+    "headwater.engine.queue_leases",
+    "headwater.engine.ports.queue",
+    "headwater.storage.leases",
+)
 ROUTER = ("headwater.engine.routers", "headwater.engine.ports.routers", "headwater.storage.routers")
 ROUTER_STREAM = ("headwater.engine.router_stream",)  # the forwarder Lambda's driver
 UPKEEP = ("headwater.engine.tiering",)

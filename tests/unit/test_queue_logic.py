@@ -8,7 +8,8 @@ import pytest
 
 from headwater.engine.ports import Head
 from headwater.engine.ports.queue import Lease, QueueState
-from headwater.engine.queue import Job, _share, clamp_lease_ms, counters
+from headwater.engine.queue_claims import _share
+from headwater.engine.queue_core import Job, clamp_lease_ms, counters
 from headwater.engine.records import StoredRecord
 
 

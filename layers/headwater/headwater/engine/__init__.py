@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from headwater.engine.config import validate_config_patch
     from headwater.engine.log import LogEngine, wall_ms
     from headwater.engine.priority import effective_priority
-    from headwater.engine.queue import LEASE_MAX_MS, Counters, LeaseOpResult, clamp_lease_ms
+    from headwater.engine.queue_core import LEASE_MAX_MS, Counters, LeaseOpResult, clamp_lease_ms
     from headwater.engine.quotas import WATCH_SESSIONS, WS_CONNECTIONS, Quotas, cap_hit
     from headwater.engine.records import (
         RECORD_OVERHEAD_BYTES,
@@ -55,7 +55,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(["validate_config_patch"], "config"),
     **dict.fromkeys(["LogEngine", "wall_ms"], "log"),
     **dict.fromkeys(["effective_priority"], "priority"),
-    **dict.fromkeys(["LEASE_MAX_MS", "Counters", "LeaseOpResult", "clamp_lease_ms"], "queue"),
+    **dict.fromkeys(["LEASE_MAX_MS", "Counters", "LeaseOpResult", "clamp_lease_ms"], "queue_core"),
     **dict.fromkeys(["WATCH_SESSIONS", "WS_CONNECTIONS", "Quotas", "cap_hit"], "quotas"),
     **dict.fromkeys(
         ["RECORD_OVERHEAD_BYTES", "NewRecord", "StoredRecord", "encoded_size", "json_literal"],

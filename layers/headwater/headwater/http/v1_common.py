@@ -1,17 +1,20 @@
-"""What the /v1 route modules (v1.py, v1_search.py, v1_touch.py) share: the protocol's
-resolver deadline and long-poll cap, the stream scope check, and request-body and query
-parameter reading with the protocol's 400/413 answers."""
+"""What the /v1 route modules (v1.py, v1_writes.py, v1_reads.py, v1_search.py, v1_touch.py)
+share: the protocol's resolver deadline and long-poll cap, the stream scope check, stream
+names and routing keys, the wire parsers' 400, and request-body and query parameter reading
+with the protocol's 400/413 answers."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
 from headwater.access.keys import Principal
 from headwater.durable.errors import RequestTimeout
+from headwater.durable.state import MAX_NAME_BYTES
+from headwater.durable.wire import WireError
 from headwater.errors import InvalidRequest, PayloadTooLarge
 
 T = TypeVar("T")
@@ -19,6 +22,7 @@ T = TypeVar("T")
 RESOLVER_TIMEOUT_S = 5.0  # protocol §6: every resolver, cooperative
 LONG_POLL_CAP_MS = 4_000  # waits are clamped inside the resolver cap and end in 204
 MAX_APPEND_BYTES = 6 << 20  # the Lambda request payload limit
+MAX_KEY_BYTES = 256  # a routing key (Stream-Key, key=, /pk/<key>)
 
 
 def allow(principal: Principal, scope: str, name: str) -> None:
@@ -29,6 +33,21 @@ def allow(principal: Principal, scope: str, name: str) -> None:
 
 def bad(message: str) -> InvalidRequest:
     return InvalidRequest(message)
+
+
+def stream_name(path: str) -> str:
+    if not path or path.startswith("/") or path.endswith("/"):
+        raise bad("invalid stream name")
+    if len(path.encode()) > MAX_NAME_BYTES or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise bad(f"invalid stream name (at most {MAX_NAME_BYTES} bytes, no control characters)")
+    return path
+
+
+def wire(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except WireError as exc:
+        raise bad(str(exc)) from None
 
 
 async def capped(aw: Awaitable[T], seconds: float = RESOLVER_TIMEOUT_S) -> T:

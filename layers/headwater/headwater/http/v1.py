@@ -171,10 +171,10 @@ async def stream_resource(request: Request, path: str) -> Response:
         if sub == "_schema":
             return await _schema(request, svc, principal, name)
         if sub.startswith("touch/"):
-            from headwater.http import v1_touch  # it imports this module's helpers
+            from headwater.http import v1_touch  # on first use: most /v1 requests never query
 
             return await v1_touch.route(request, svc, principal, name, sub)
-        from headwater.http import v1_search  # it imports this module's helpers
+        from headwater.http import v1_search  # on first use: most /v1 requests never query
 
         return await v1_search.route(request, svc, principal, name, sub)
     if method == "PUT":
